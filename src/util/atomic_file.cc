@@ -1,0 +1,99 @@
+#include "util/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "util/error.h"
+
+namespace cortiq {
+
+AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
+  temp_path_ = final_path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(ErrorKind::Io, "cannot create '{}': {}", temp_path_, std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+static void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(ErrorKind::Io, "write to '{}' at offset {} failed: {}", path, off, std::strerror(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    off += static_cast<uint64_t>(w);
+  }
+}
+
+uint64_t AtomicFile::write(std::span<const uint8_t> bytes) {
+  const uint64_t at = size_;
+  pwrite_all(fd_, bytes.data(), bytes.size(), at, temp_path_);
+  size_ += bytes.size();
+  return at;
+}
+
+void AtomicFile::write_zeros(uint64_t n) {
+  static const std::vector<uint8_t> zeros(1 << 16, 0);
+  while (n > 0) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, zeros.size()));
+    write(std::span<const uint8_t>(zeros.data(), k));
+    n -= k;
+  }
+}
+
+void AtomicFile::pwrite(uint64_t off, std::span<const uint8_t> bytes) {
+  if (off + bytes.size() > size_)
+    fail(ErrorKind::Io, "patch of {} bytes at offset {} is past the end ({}) of '{}'", bytes.size(), off, size_,
+         temp_path_);
+  pwrite_all(fd_, bytes.data(), bytes.size(), off, temp_path_);
+}
+
+void AtomicFile::commit() {
+  if (committed_) return;
+  if (::fsync(fd_) != 0) fail(ErrorKind::Io, "fsync '{}' failed: {}", temp_path_, std::strerror(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail(ErrorKind::Io, "close '{}' failed: {}", temp_path_, std::strerror(errno));
+  }
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
+    fail(ErrorKind::Io, "rename '{}' -> '{}' failed: {}", temp_path_, final_path_, std::strerror(errno));
+  committed_ = true;
+  std::filesystem::path dir = std::filesystem::path(final_path_).parent_path();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, "cannot open '{}': {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail(ErrorKind::Io, "read of '{}' failed", path);
+  return ss.str();
+}
+
+}  // namespace cortiq
