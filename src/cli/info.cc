@@ -1,0 +1,160 @@
+// `cortiq info <file> [--tensors PREFIX] [--json]` — summary of a CMF file or shard set
+// (CLI-NOTES §2.1).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/command.h"
+#include "cmf/reader.h"
+#include "quant/dtype.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct InfoOpts {
+  std::string file;
+  std::string prefix;
+  bool tensors = false;
+  bool json = false;
+};
+
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+void run_info(const InfoOpts& o) {
+  using namespace cmf;
+  Reader r = Reader::open(o.file);
+  const Header& h = r.header();
+  const ModelArch& a = h.arch;
+  if (o.tensors) {
+    uint64_t n = 0, bytes = 0;
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& t : r.tensors()) {
+      if (t.name.compare(0, o.prefix.size(), o.prefix) != 0) continue;
+      ++n;
+      bytes += t.nbytes;
+      if (o.json)
+        arr.push_back({{"name", t.name},
+                       {"dtype", std::string(quant::dtype_name(t.dtype))},
+                       {"shape", t.shape},
+                       {"nbytes", t.nbytes},
+                       {"hash", hex16(t.hash)},
+                       {"shard", t.shard + 1}});
+      else
+        std::printf("%s\t%s\t%s\t%llu\n", t.name.c_str(), std::string(quant::dtype_name(t.dtype)).c_str(),
+                    shape_str(t.shape).c_str(), static_cast<unsigned long long>(t.nbytes));
+    }
+    if (o.json)
+      std::printf("%s\n", arr.dump(2).c_str());
+    else
+      std::printf("# %llu tensors, %llu bytes (%.2f GiB)\n", static_cast<unsigned long long>(n),
+                  static_cast<unsigned long long>(bytes),
+                  static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+    return;
+  }
+  uint32_t full = 0, sliding = 0, conv = 0, linear = 0, kda = 0;
+  for (auto t : a.layer_types) {
+    switch (t) {
+      case LayerType::FullAttention:
+        ++full;
+        break;
+      case LayerType::SlidingAttention:
+        ++sliding;
+        break;
+      case LayerType::ShortConv:
+        ++conv;
+        break;
+      case LayerType::LinearAttention:
+        ++linear;
+        break;
+      case LayerType::Kda:
+        ++kda;
+        break;
+    }
+  }
+  std::string layers = fmt::format("{} ({} full", a.num_layers, full);
+  if (sliding) layers += fmt::format(" / {} sliding", sliding);
+  if (conv) layers += fmt::format(" / {} conv", conv);
+  if (linear) layers += fmt::format(" / {} linear", linear);
+  if (kda) layers += fmt::format(" / {} kda", kda);
+  layers += ")";
+  const TensorInfo* head = r.find("lm_head.weight");
+  if (!head) head = r.find("model.embed_tokens.weight");
+  double params = 0;
+  for (const auto& t : r.tensors())
+    if (t.shape.size() >= 2) params += static_cast<double>(t.numel());
+  const size_t n_masks = r.masks() ? r.masks()->masks.size() : 0;
+  const std::string tok = r.vocab().empty() ? "sidecar required" : "embedded";
+  const std::string mtp =
+      a.mtp ? fmt::format("{} block(s){}", a.mtp->num_layers,
+                          a.mtp->share_embed && a.mtp->share_lm_head ? ", shared embed+lm_head" : "")
+            : std::string("—");
+  if (o.json) {
+    nlohmann::json j = {{"path", o.file},
+                        {"format", "CMF v2"},
+                        {"files", r.num_files()},
+                        {"arch", cmf::arch_to_json(a)},
+                        {"quant_type", std::string(quant_type_name(h.quant_type))},
+                        {"tensors", r.tensors().size()},
+                        {"params", params},
+                        {"masks", n_masks},
+                        {"tokenizer", tok},
+                        {"sparse_index_entries", r.sparse_index().size()},
+                        {"skills", r.skills().size()},
+                        {"skill_file", r.is_skill_file()},
+                        {"required_features", r.envelope().features},
+                        {"provenance", h.provenance}};
+    if (head)
+      j["head"] = {{"name", head->name},
+                   {"dtype", std::string(quant::dtype_name(head->dtype))},
+                   {"shape", head->shape}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("Model: %s\n", o.file.c_str());
+  std::printf("  Format:      CMF v2%s\n",
+              r.num_files() > 1 ? fmt::format(" ({} shards)", r.num_files()).c_str() : "");
+  std::printf("  Arch:        %s\n", a.arch_name.c_str());
+  std::printf("  Layers:      %s\n", layers.c_str());
+  std::printf("  Hidden:      %u\n", a.hidden_size);
+  std::printf("  FFN:         %u\n", a.intermediate_size);
+  std::printf("  Heads:       %u (KV: %u)\n", a.num_attention_heads, a.num_kv_heads);
+  std::printf("  Vocab:       %u\n", a.vocab_size);
+  std::printf("  Quant:       %s (default; per-tensor in directory)\n",
+              std::string(quant_type_debug_name(h.quant_type)).c_str());
+  if (head)
+    std::printf("  Head:        %s %s\n", std::string(quant::dtype_name(head->dtype)).c_str(),
+                shape_str(head->shape).c_str());
+  std::printf("  Tensors:     %zu\n", r.tensors().size());
+  std::printf("  Params:      %.2fB\n", params / 1e9);
+  std::printf("  Masks:       %zu\n", n_masks);
+  std::printf("  Tokenizer:   %s\n", tok.c_str());
+  std::printf("  MTP:         %s\n", mtp.c_str());
+  std::printf("  Sparse idx:  %zu entries\n", r.sparse_index().size());
+  if (!r.skills().empty())
+    std::printf("  Skills:      %zu%s\n", r.skills().size(), r.is_skill_file() ? " (skill file)" : "");
+}
+
+void setup_info(CLI::App& root) {
+  auto o = std::make_shared<InfoOpts>();
+  auto* c = root.add_subcommand("info", "Show a CMF file's architecture, sections and tensors");
+  c->add_option("file", o->file, "model .cmf (any shard name opens the set)")->required();
+  c->add_option("--tensors", o->prefix, "list tensors whose name starts with PREFIX ('' = all)")
+      ->expected(0, 1)
+      ->each([o](const std::string&) { o->tensors = true; });
+  c->add_flag("--json", o->json, "machine-readable JSON output");
+  c->callback([c, o] {
+    if (c->count("--tensors")) o->tensors = true;
+    run_info(*o);
+  });
+}
+
+}  // namespace
+CORTIQ_COMMAND(20, setup_info);
+}  // namespace cortiq::cli

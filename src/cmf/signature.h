@@ -1,0 +1,42 @@
+// Detached Ed25519 signatures of CMF files (spec §8.2, FORMAT-NOTES §1.17).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace cortiq::cmf {
+
+/// SHA-256 of a whole file (streamed through an mmap). Throws Error(Io).
+std::array<uint8_t, 32> sha256_file(const std::string& path);
+
+/// Lowercase hex of bytes.
+std::string to_hex(std::span<const uint8_t> b);
+
+/// Loads the 32-byte Ed25519 seed from `key_path` (64 hex chars, whitespace ignored), creating
+/// the file (mode 0600) from OS randomness (RAND_bytes) when it does not exist. Throws
+/// Error(Io|Parse).
+std::array<uint8_t, 32> load_or_create_signing_key(const std::string& key_path);
+
+/// Signs `model_path`: message = the raw 32-byte SHA-256 of the file, pure Ed25519. Writes
+/// `<model>.sig` as pretty JSON {"alg":"ed25519-sha256","pubkey":hex32,"sha256":hex32,"sig":hex64}.
+/// Returns the public key hex. Throws Error(Io|Signature).
+std::string sign_file(const std::string& model_path, const std::array<uint8_t, 32>& seed);
+
+/// Result of checking a detached signature.
+struct SignatureCheck {
+  bool present = false;  ///< `<model>.sig` exists
+  bool valid = false;
+  std::string pubkey;   ///< hex, when parsed
+  std::string problem;  ///< why it is invalid
+};
+
+/// Checks `<model>.sig` when it exists (FORMAT-NOTES §1.17): alg must be "ed25519-sha256", the
+/// optional `pinned_pubkey` must match, the recomputed SHA-256 must equal `sha256`
+/// (case-insensitive), then Ed25519 verification. Never throws for a bad signature file.
+SignatureCheck check_signature(const std::string& model_path,
+                               const std::optional<std::string>& pinned_pubkey = std::nullopt);
+
+}  // namespace cortiq::cmf
