@@ -1,0 +1,84 @@
+// `cortiq tokenize <model.cmf|tokenizer.json> (--text S | -f FILE) [--ids-only] [--no-special]`:
+// prints one line per token, "<id> -> '<piece>'" (like llama-tokenize), or the id list with
+// --ids-only. For a .cmf the tokenizer is the vocab section (HF tokenizer.json verbatim).
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "cli/command.h"
+#include "cmf/reader.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct TokenizeArgs {
+  std::string model;
+  std::string text;
+  std::string file;
+  bool ids_only = false;
+  bool no_special = false;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::Io, "cannot open {}", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool is_cmf(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, 4);
+  return f.gcount() == 4 && magic[0] == 'C' && magic[1] == 'M' && magic[2] == 'F' && magic[3] == '\x01';
+}
+
+void run(const TokenizeArgs& a) {
+  std::string input = a.file.empty() ? a.text : slurp(a.file);
+  std::optional<Tokenizer> tok;
+  if (is_cmf(a.model)) {
+    cmf::Reader r = cmf::Reader::open(a.model);
+    auto v = r.vocab();
+    if (v.empty()) fail(ErrorKind::Parse, "{}: the CMF file has no vocab section (tokenizer.json)", a.model);
+    tok.emplace(Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
+  } else {
+    tok.emplace(Tokenizer::from_file(a.model));
+  }
+  std::vector<uint32_t> ids = tok->encode(input, !a.no_special);
+  if (a.ids_only) {
+    std::string out = "[";
+    for (size_t i = 0; i < ids.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", ids[i]);
+    out += "]\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return;
+  }
+  for (uint32_t id : ids) {
+    uint32_t one[1] = {id};
+    std::string piece = tok->decode(one, false);
+    std::string line = fmt::format("{:6} -> '{}'\n", id, piece);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<TokenizeArgs>();
+  auto* c = root.add_subcommand("tokenize", "Tokenize text with a model's tokenizer (HF tokenizers parity)");
+  c->add_option("model", a->model, "model.cmf or tokenizer.json")->required();
+  auto* t = c->add_option("--text", a->text, "text to tokenize");
+  auto* f = c->add_option("-f,--file", a->file, "file whose bytes are tokenized");
+  t->excludes(f);
+  c->add_flag("--ids-only", a->ids_only, "print only the id list, e.g. [1, 2, 3]");
+  c->add_flag("--no-special", a->no_special, "do not add BOS/EOS (add_special_tokens=false)");
+  c->callback([a] {
+    if (a->text.empty() && a->file.empty()) fail(ErrorKind::InvalidArgument, "give --text or -f/--file");
+    run(*a);
+  });
+}
+
+}  // namespace
+CORTIQ_COMMAND(35, setup);
+}  // namespace cortiq::cli

@@ -1,0 +1,94 @@
+// Hugging Face `tokenizers` pipeline, loaded from a tokenizer.json.
+//
+// encode: added tokens are matched first (non-normalized ones on the raw text, normalized ones on
+// the normalized remainder), then normalizer -> pre-tokenizer -> model (BPE / Unigram / WordPiece)
+// -> post-processor, exactly as the `tokenizers` library (Rust, v0.2x) defines it. decode: ids ->
+// token strings (added tokens by content) -> decoder chain -> concatenation. Parity with the
+// official npm package is checked by tests/golden/tokenizer/*.jsonl (tests/oracles/tok_goldens.js).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cortiq {
+
+namespace tok_detail {
+struct Impl;
+}
+
+/// A loaded tokenizer. Immutable after construction; encode/decode are thread-safe (the BPE word
+/// cache is guarded internally).
+class Tokenizer {
+ public:
+  /// Parses a tokenizer.json document (the `tokenizers` serialization format).
+  /// Throws Error(Parse) naming the JSON field at fault (missing "model", unknown "type", a merge
+  /// naming a token not in the vocab, ...) and Error(Unsupported) for a valid component this build
+  /// does not implement (e.g. a non-empty Precompiled charsmap).
+  static Tokenizer from_json(std::string_view json);
+  /// Reads and parses a tokenizer.json file. Throws Error(Io) when it cannot be read.
+  static Tokenizer from_file(const std::string& path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  /// Token ids of `text` (UTF-8). Invalid UTF-8 is first replaced by U+FFFD, one per maximal
+  /// invalid subpart (the WHATWG / Rust from_utf8_lossy rule). `add_special_tokens` applies the
+  /// post-processor template (BOS/EOS etc.).
+  std::vector<uint32_t> encode(std::string_view text, bool add_special_tokens) const;
+  /// Text of `ids` through the decoder chain; ids not in the vocabulary are ignored, special
+  /// added tokens are dropped when `skip_special_tokens`.
+  std::string decode(std::span<const uint32_t> ids, bool skip_special_tokens) const;
+
+  /// Id of a token string (added tokens first, then the model vocabulary).
+  std::optional<uint32_t> token_to_id(std::string_view token) const;
+  /// Token string of an id (the raw vocabulary piece, e.g. "Ġthe"); "" when out of range.
+  std::string id_to_token(uint32_t id) const;
+  /// Largest id + 1 over the model vocabulary and the added tokens.
+  size_t vocab_size() const;
+  /// True for added tokens marked "special": true.
+  bool is_special(uint32_t id) const;
+  /// True for any added token (special or not).
+  bool is_added(uint32_t id) const;
+  /// Ids the post-processor puts before / after a single sequence when add_special_tokens
+  /// (e.g. {128000} / {} for Llama 3; {} / {} for Qwen).
+  const std::vector<uint32_t>& prefix_special_ids() const;
+  const std::vector<uint32_t>& suffix_special_ids() const;
+  /// "BPE", "Unigram" or "WordPiece".
+  std::string_view model_type() const;
+
+ private:
+  explicit Tokenizer(std::unique_ptr<tok_detail::Impl> impl);
+  std::unique_ptr<tok_detail::Impl> impl_;
+  friend class IncrementalDecoder;
+};
+
+/// Streaming detokenizer: push ids one at a time, get text back only when it forms complete
+/// UTF-8 (the decoded text does not end in U+FFFD). Same algorithm as `tokenizers`' DecodeStream:
+/// decode a short window of recent ids and emit the suffix beyond the previously seen prefix.
+/// Concatenating every returned piece plus flush() equals decode(all ids) for decoders whose
+/// output is prefix-stable (ByteLevel, ByteFallback+Fuse, Metaspace...).
+class IncrementalDecoder {
+ public:
+  /// `tok` must outlive the decoder.
+  IncrementalDecoder(const Tokenizer& tok, bool skip_special_tokens);
+  /// Adds one id; returns the newly completed text (possibly empty).
+  std::string push(uint32_t id);
+  /// Returns whatever is pending (may contain U+FFFD for an incomplete sequence) and resets.
+  std::string flush();
+
+ private:
+  const Tokenizer* tok_;
+  bool skip_special_;
+  std::vector<uint32_t> ids_;
+  std::string prefix_;
+  size_t prefix_index_ = 0;
+};
+
+}  // namespace cortiq
