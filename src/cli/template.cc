@@ -1,0 +1,104 @@
+// `cortiq template <model.cmf|tokenizer_config.json> --messages FILE.json [--tools FILE.json]
+// [--no-generation-prompt] [--no-think]`: prints the chat prompt rendered exactly as transformers'
+// apply_chat_template would (src/tokenizer/chat_template.h).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/command.h"
+#include "cmf/reader.h"
+#include "tokenizer/chat_template.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct TemplateArgs {
+  std::string model;
+  std::string messages;
+  std::string tools;
+  std::string name;
+  bool no_generation_prompt = false;
+  bool no_think = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::Io, "cannot open {}", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+nlohmann::ordered_json read_json(const std::string& path) {
+  try {
+    return nlohmann::ordered_json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::Parse, "{}: invalid JSON: {}", path, e.what());
+  }
+}
+
+bool ends_with(const std::string& s, const char* suf) {
+  size_t n = std::char_traits<char>::length(suf);
+  return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
+}
+
+void run(const TemplateArgs& a) {
+  nlohmann::ordered_json msgs = read_json(a.messages);
+  ChatRequest req;
+  // FILE.json is either the messages array or an object {messages, tools?, ...extra kwargs}.
+  if (msgs.is_array()) {
+    req.messages = msgs;
+  } else if (msgs.is_object() && msgs.contains("messages")) {
+    for (auto it = msgs.begin(); it != msgs.end(); ++it) {
+      if (it.key() == "messages")
+        req.messages = it.value();
+      else if (it.key() == "tools")
+        req.tools = it.value();
+      else
+        req.extra[it.key()] = it.value();
+    }
+  } else {
+    fail(ErrorKind::Parse, "{}: expected a JSON array of messages or an object with \"messages\"",
+         a.messages);
+  }
+  if (!req.messages.is_array()) fail(ErrorKind::Parse, "{}: \"messages\" must be an array", a.messages);
+  if (!a.tools.empty()) req.tools = read_json(a.tools);
+  req.add_generation_prompt = !a.no_generation_prompt;
+  if (a.no_think) req.enable_thinking = false;
+
+  bool with_tools = !req.tools.is_null();
+  if (ends_with(a.model, ".cmf")) {
+    cmf::Reader r = cmf::Reader::open(a.model);
+    const auto& tc = r.header().tokenizer_config;
+    if (!tc || !tc->chat_template)
+      fail(ErrorKind::Parse, "{}: header.tokenizer_config.chat_template is absent", a.model);
+    nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
+    cfg["chat_template"] = *tc->chat_template;
+    // Special-token strings, when the converter kept them in the bundle's extra keys.
+    for (const char* k : {"bos_token", "eos_token"})
+      if (tc->extra.contains(k)) cfg[k] = nlohmann::ordered_json::parse(tc->extra[k].dump());
+    std::string out = ChatTemplate::from_tokenizer_config(cfg, a.name, with_tools).apply(req);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return;
+  }
+  std::string out = ChatTemplate::from_tokenizer_config(read_json(a.model), a.name, with_tools).apply(req);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<TemplateArgs>();
+  auto* c = root.add_subcommand("template", "Render a chat template (as transformers' apply_chat_template)");
+  c->add_option("model", a->model, "model.cmf or tokenizer_config.json")->required();
+  c->add_option("--messages", a->messages, "JSON file: [messages] or {messages, tools, ...kwargs}")
+      ->required();
+  c->add_option("--tools", a->tools, "JSON file with the tool schemas list");
+  c->add_option("--template-name", a->name, "named template variant (e.g. tool_use)");
+  c->add_flag("--no-generation-prompt", a->no_generation_prompt, "add_generation_prompt=false");
+  c->add_flag("--no-think", a->no_think, "pass enable_thinking=false");
+  c->callback([a] { run(*a); });
+}
+
+}  // namespace
+CORTIQ_COMMAND(40, setup);
+}  // namespace cortiq::cli
