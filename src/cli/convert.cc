@@ -1,0 +1,71 @@
+// `cortiq convert --model DIR --quant Q --output OUT` — Hugging Face checkpoint → CMF (issue 4,
+// CLI-NOTES §2.1). Prints `✓ wrote <output>` (one line per shard file) on success.
+#include "convert/convert.h"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct ConvertArgs {
+  std::string model, model_pos, output, quant = "q8";
+  std::vector<std::string> rules;
+  double mean_bits = 4.25, shard_max_gb = 0;
+  unsigned threads = 0;
+  bool allow_nonfinite = false;
+};
+
+void convert_cmd(const ConvertArgs& a) {
+  convert::ConvertOptions o;
+  if (!a.model.empty() && !a.model_pos.empty() && a.model != a.model_pos)
+    fail(ErrorKind::InvalidArgument, "two model directories given ('{}' and '{}')", a.model, a.model_pos);
+  o.model_dir = a.model.empty() ? a.model_pos : a.model;
+  if (o.model_dir.empty()) fail(ErrorKind::InvalidArgument, "--model DIR is required");
+  if (a.output.empty()) fail(ErrorKind::InvalidArgument, "--output FILE is required");
+  o.output = a.output;
+  o.plan.base = convert::parse_quant(a.quant);
+  for (const auto& r : a.rules) o.plan.rules.push_back(convert::parse_quant_rule(r));
+  if (!std::isfinite(a.mean_bits) || a.mean_bits < 3 || a.mean_bits > 8)
+    fail(ErrorKind::InvalidArgument, "--mean-bits {} must be in 3..8", a.mean_bits);
+  o.plan.mean_bits = static_cast<float>(a.mean_bits);
+  if (!std::isfinite(a.shard_max_gb) || a.shard_max_gb < 0)
+    fail(ErrorKind::InvalidArgument, "--shard-max-gb {} must be >= 0", a.shard_max_gb);
+  o.shard_max_bytes = static_cast<uint64_t>(std::llround(a.shard_max_gb * 1e9));
+  if (a.shard_max_gb > 0 && o.shard_max_bytes == 0) o.shard_max_bytes = 1;
+  o.threads = a.threads;
+  o.allow_nonfinite = a.allow_nonfinite;
+  auto r = convert::convert_checkpoint(o);
+  for (const auto& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const auto& p : r.outputs) std::printf("✓ wrote %s\n", p.c_str());
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<ConvertArgs>();
+  auto* c = root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) to CMF");
+  c->add_option("model_dir", a->model_pos, "HF model directory (same as --model)");
+  c->add_option("--model", a->model, "HF model directory holding config.json and *.safetensors");
+  c->add_option("-o,--output", a->output, "output .cmf path");
+  c->add_option(
+      "--quant", a->quant,
+      "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; aliases as in the docs)");
+  c->add_option("--quant-rule", a->rules,
+                "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')");
+  c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
+  c->add_option("--shard-max-gb", a->shard_max_gb,
+                "split the output into shards of at most N GB (10^9 bytes)");
+  c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  c->add_flag("--allow-nonfinite", a->allow_nonfinite,
+              "keep NaN/Inf weights in tensors stored as f32/f16/bf16");
+  c->callback([a] { convert_cmd(*a); });
+}
+
+}  // namespace
+
+CORTIQ_COMMAND(10, setup);
+
+}  // namespace cortiq::cli

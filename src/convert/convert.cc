@@ -1,0 +1,334 @@
+#include "convert/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "cmf/reader.h"
+#include "cmf/writer.h"
+#include "convert/hf_config.h"
+#include "convert/safetensors.h"
+#include "convert/tensor_map.h"
+#include "quant/codec.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace cortiq::convert {
+
+namespace {
+
+constexpr const char* kTool = "cortiq-cpp 0.1.0";
+
+/// One tensor to produce: either `raw` bytes copied as is, or f32 values from `load` encoded.
+struct Job {
+  std::string name;
+  std::vector<uint64_t> shape;
+  TensorDecision decision;
+  std::function<void(std::vector<float>&)> load;  ///< fills numel f32 values (encode path)
+  std::function<std::span<const uint8_t>()> raw;  ///< verbatim payload (copy path)
+  /// Zero-copy f32 source (an aligned little-endian F32 safetensors range): encoded in place,
+  /// no f32 working copy.
+  std::span<const float> direct;
+  std::function<void()> release;  ///< after the tensor is written
+  uint64_t source_bytes = 0;      ///< for progress / throughput
+};
+
+struct Done {
+  std::vector<uint8_t> payload;
+  std::exception_ptr error;
+};
+
+std::string nonfinite_text(float v) {
+  return std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
+}
+
+std::vector<uint8_t> run_job(const Job& j, bool allow_nonfinite) {
+  if (j.raw) {
+    auto b = j.raw();
+    return {b.begin(), b.end()};
+  }
+  std::vector<float> copy;
+  std::span<const float> v = j.direct;
+  if (v.empty()) {
+    j.load(copy);
+    v = copy;
+  }
+  const quant::DType t = j.decision.dtype;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      if (!is_float_dtype(t))
+        fail(ErrorKind::InvalidArgument,
+             "tensor '{}': element {} is {}; the integer codec {} cannot store it (store it as a float dtype "
+             "with "
+             "--quant-rule '{}=f16' and --allow-nonfinite)",
+             j.name, i, nonfinite_text(v[i]), quant::dtype_name(t), j.name);
+      if (!allow_nonfinite)
+        fail(ErrorKind::InvalidArgument,
+             "tensor '{}': element {} is {} (pass --allow-nonfinite to keep it in {})", j.name, i,
+             nonfinite_text(v[i]), quant::dtype_name(t));
+      break;
+    }
+  }
+  try {
+    return quant::encode(t, j.shape, v, j.decision.opt);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("tensor '{}' ({}): {}", j.name, quant::dtype_name(t), e.message()));
+  }
+}
+
+/// Encodes jobs on `threads` workers and writes them to `w` in job order (deterministic).
+void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool allow_nonfinite,
+                  bool show_progress, const std::string& label) {
+  uint64_t total = 0;
+  for (const auto& j : jobs) total += j.source_bytes;
+  std::optional<Progress> bar;
+  if (show_progress) bar.emplace(label, total, true);
+  const size_t n = jobs.size();
+  auto write_one = [&](size_t i, std::vector<uint8_t>& payload) {
+    w.add_tensor(jobs[i].name, jobs[i].decision.dtype, jobs[i].shape, payload);
+    if (jobs[i].release) jobs[i].release();
+    if (bar) bar->advance(jobs[i].source_bytes);
+  };
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) {
+      auto p = run_job(jobs[i], allow_nonfinite);
+      write_one(i, p);
+    }
+    return;
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::optional<Done>> slots(n);
+  size_t next_claim = 0, next_write = 0;
+  bool abort = false;
+  const size_t window = threads + 1;
+  auto worker = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return abort || next_claim >= n || next_claim < next_write + window; });
+        if (abort || next_claim >= n) return;
+        i = next_claim++;
+      }
+      Done d;
+      try {
+        d.payload = run_job(jobs[i], allow_nonfinite);
+      } catch (...) {
+        d.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        slots[i] = std::move(d);
+      }
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 0; k < threads; ++k) pool.emplace_back(worker);
+  std::exception_ptr err;
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      Done d;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return slots[i].has_value(); });
+        d = std::move(*slots[i]);
+        slots[i].reset();
+      }
+      if (d.error) std::rethrow_exception(d.error);
+      write_one(i, d.payload);
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        ++next_write;
+      }
+      cv.notify_all();
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    abort = true;
+  }
+  cv.notify_all();
+  for (auto& t : pool) t.join();
+  if (err) std::rethrow_exception(err);
+}
+
+unsigned resolve_threads(unsigned t) {
+  if (t > 0) return t;
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : hc;
+}
+
+}  // namespace
+
+ConvertResult convert_checkpoint(const ConvertOptions& opt) {
+  ConvertResult res;
+  HfFiles files = read_hf_files(opt.model_dir);
+  cmf::ModelArch arch = arch_from_hf(files.config);
+  Checkpoint ckpt(opt.model_dir);
+  TensorMapping mapping = map_tensors(ckpt, arch);
+  if (mapping.has_mtp) {
+    cmf::Mtp m = arch.mtp.value_or(cmf::Mtp{});
+    m.num_layers = mapping.mtp_layers;
+    arch.mtp = m;
+  } else {
+    arch.mtp.reset();  // declared but not shipped: nothing to run
+  }
+  const bool moe = arch.moe.has_value();
+
+  cmf::Header h;
+  h.arch = arch;
+  h.quant_type = header_quant_type(opt.plan.base);
+  h.tokenizer_config = bundle_from_hf(files);
+  nlohmann::json prov;
+  prov["tool"] = std::string(kTool) + " convert";
+  std::string source = std::filesystem::path(opt.model_dir).lexically_normal().string();
+  while (source.size() > 1 && source.back() == '/') source.pop_back();
+  const std::string base = std::filesystem::path(source).filename().string();
+  prov["source_model"] = base.empty() || base == "." || base == ".." ? opt.model_dir : base;
+  prov["source_format"] = "safetensors";
+  prov["plan"] = opt.plan.to_json();
+  const nlohmann::json tc = text_config(files.config);
+  nlohmann::json extras;
+  extras["model_type"] = files.config.value("model_type", std::string());
+  if (tc.contains("rope_scaling") && !tc["rope_scaling"].is_null())
+    extras["rope_scaling"] = tc["rope_scaling"];
+  if (tc.contains("torch_dtype")) extras["torch_dtype"] = tc["torch_dtype"];
+  prov["hf_config_extras"] = extras;
+  h.provenance = prov;
+
+  std::vector<Job> jobs;
+  jobs.reserve(mapping.tensors.size());
+  for (const auto& mt : mapping.tensors) {
+    Job j;
+    j.name = mt.name;
+    j.shape = mt.shape;
+    j.decision = decide(opt.plan, mt.name, mt.shape, moe);
+    const StTensor* src = &mt.src;
+    if (src->dtype == StDType::F32 && src->numel > 0 &&
+        reinterpret_cast<uintptr_t>(src->data.data()) % alignof(float) == 0) {
+      // The mapping is page-aligned and the range 4-aligned: the bytes are the f32 values
+      // (little-endian host, util/half.h).
+      j.direct = {reinterpret_cast<const float*>(src->data.data()), src->numel};
+    }
+    j.load = [src](std::vector<float>& v) {
+      v.resize(src->numel);
+      to_f32(*src, v);
+    };
+    // Only whole pages inside this tensor's bytes are dropped, so a page shared with a
+    // neighbour (or with the next slice of a fused phi3 tensor) stays mapped.
+    j.release = [&ckpt, src] { ckpt.release(*src); };
+    j.source_bytes = mt.src.data.size();
+    jobs.push_back(std::move(j));
+  }
+  cmf::WriterOptions wo;
+  wo.expected_tensors = jobs.size();
+  wo.shard_max_bytes = opt.shard_max_bytes;
+  cmf::Writer w(opt.output, wo);
+  if (files.tokenizer_json) {
+    w.set_vocab(std::vector<uint8_t>(files.tokenizer_json->begin(), files.tokenizer_json->end()));
+  } else {
+    res.warnings.push_back(
+        fmt::format("no tokenizer.json in '{}': the file carries no vocab section", opt.model_dir));
+  }
+  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "converting");
+  res.outputs = w.finish(h);
+  res.input_bytes = ckpt.total_bytes();
+  res.tensors = jobs.size();
+  return res;
+}
+
+ConvertResult requant_file(const RequantOptions& opt) {
+  ConvertResult res;
+  cmf::Reader r = cmf::Reader::open(opt.input);
+  cmf::Header h = r.header();
+  const bool moe = h.arch.moe.has_value();
+  std::vector<Job> jobs;
+  for (const auto& t : r.tensors()) {
+    Job j;
+    j.name = t.name;
+    j.shape = t.shape;
+    const std::span<const uint8_t> payload = r.payload(t);
+    j.source_bytes = payload.size();
+    const quant::DType src_dtype = t.dtype;
+    if (!quant::dtype_has_codec(src_dtype)) {
+      j.decision.dtype = src_dtype;
+      j.decision.reason = "no codec: copied";
+      j.raw = [payload] { return payload; };
+    } else {
+      j.decision = decide(opt.plan, t.name, t.shape, moe);
+      if (j.decision.dtype == src_dtype) {
+        j.raw = [payload] { return payload; };
+      } else {
+        const std::vector<uint64_t> shape = t.shape;
+        const std::string name = t.name;
+        j.load = [payload, shape, src_dtype, name](std::vector<float>& v) {
+          uint64_t n = 1;
+          for (uint64_t x : shape) n *= x;
+          v.resize(n);
+          try {
+            quant::decode(src_dtype, shape, payload, v);
+          } catch (const Error& e) {
+            throw Error(e.kind(), fmt::format("tensor '{}': {}", name, e.message()));
+          }
+        };
+      }
+    }
+    jobs.push_back(std::move(j));
+  }
+  nlohmann::json prov = h.provenance.is_object() ? h.provenance : nlohmann::json::object();
+  if (!h.provenance.is_null() && !h.provenance.is_object()) prov["previous"] = h.provenance;
+  nlohmann::json rq;
+  rq["tool"] = std::string(kTool) + " requant";
+  rq["plan"] = opt.plan.to_json();
+  prov["requant"] = rq;
+  h.provenance = prov;
+  h.quant_type = header_quant_type(opt.plan.base);
+  cmf::WriterOptions wo;
+  wo.expected_tensors = jobs.size();
+  cmf::Writer w(opt.output, wo);
+  if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
+  if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
+  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "requantizing");
+  res.outputs = w.finish(h);
+  for (const auto& j : jobs) res.input_bytes += j.source_bytes;
+  res.tensors = jobs.size();
+  return res;
+}
+
+ConvertResult compact_file(const std::string& input, const std::string& output, bool progress) {
+  ConvertResult res;
+  cmf::Reader r = cmf::Reader::open(input);
+  std::vector<Job> jobs;
+  for (const auto& t : r.tensors()) {
+    Job j;
+    j.name = t.name;
+    j.shape = t.shape;
+    j.decision.dtype = t.dtype;
+    const std::span<const uint8_t> payload = r.payload(t);
+    j.raw = [payload] { return payload; };
+    j.source_bytes = payload.size();
+    jobs.push_back(std::move(j));
+  }
+  cmf::WriterOptions wo;
+  wo.expected_tensors = jobs.size();
+  cmf::Writer w(output, wo);
+  if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
+  if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
+  run_pipeline(jobs, w, 1, true, progress, "compacting");
+  res.outputs = w.finish(r.header());
+  for (const auto& j : jobs) res.input_bytes += j.source_bytes;
+  res.tensors = jobs.size();
+  return res;
+}
+
+}  // namespace cortiq::convert

@@ -1,0 +1,67 @@
+// `cortiq convert` (HF safetensors checkpoint → CMF), `requant` (CMF → CMF with another
+// quantization plan, through dequantization) and `compact` (tight rewrite).
+//
+// Resources (issue 4): tensors are streamed — each is read from the mmap, converted to f32,
+// encoded and handed to the streaming cmf::Writer; at most `threads + 1` tensors are in flight
+// (their f32 values and payloads), so peak memory ≈ the few largest tensors being encoded plus a
+// fixed overhead, not the model size. Source pages are released (MADV_DONTNEED) once a tensor is
+// written. Encoding runs on `threads` workers; payloads are written strictly in the mapping's
+// order, so the output is byte-identical for any thread count. The output goes through temp +
+// rename (cmf::Writer): on any error nothing is left under the output name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "convert/plan.h"
+
+namespace cortiq::convert {
+
+/// Options of convert_checkpoint.
+struct ConvertOptions {
+  std::string model_dir;         ///< HF model directory (config.json + safetensors)
+  std::string output;            ///< output .cmf path (shards: `{stem}-{no:05}-of-{count:05}.cmf`)
+  QuantPlan plan;                ///< --quant / --quant-rule / --mean-bits
+  uint64_t shard_max_bytes = 0;  ///< --shard-max-gb · 10^9; 0 = one file
+  unsigned threads = 0;          ///< encoder threads; 0 = all cores
+  /// Keep NaN/±Inf in tensors stored as f32/f16/bf16 (integer codecs always refuse them).
+  bool allow_nonfinite = false;
+  bool progress = true;  ///< draw a progress bar (only when stderr is a terminal)
+};
+
+/// What a conversion wrote.
+struct ConvertResult {
+  std::vector<std::string> outputs;   ///< the file(s) written
+  uint64_t input_bytes = 0;           ///< source tensor bytes read
+  uint64_t tensors = 0;               ///< tensors written
+  std::vector<std::string> warnings;  ///< e.g. "no tokenizer.json: ..." (the CLI prints them)
+};
+
+/// Converts an HF checkpoint. Throws Error(Io) (missing directory / config.json / safetensors,
+/// write failures), Error(Parse) (malformed JSON or safetensors, missing/mis-shaped tensors),
+/// Error(Unsupported) (model_type or config feature, naming both), Error(InvalidArgument)
+/// (non-finite or unrepresentable values, naming the tensor and element). No output on error.
+ConvertResult convert_checkpoint(const ConvertOptions& opt);
+
+/// Options of requant_file.
+struct RequantOptions {
+  std::string input, output;
+  QuantPlan plan;
+  unsigned threads = 0;
+  bool allow_nonfinite = false;
+  bool progress = true;
+};
+
+/// Re-encodes every tensor of a CMF file (or shard set) under `plan` (same decision rules as
+/// convert). A tensor whose chosen dtype equals its stored dtype, and every u8 tensor, is copied
+/// verbatim (no second quantization); the rest is decoded to f32 and encoded. Header (arch,
+/// tokenizer_config, skills, calibration, routing, provenance + a `requant` record), masks and
+/// vocab are carried over. Throws like convert, plus the reader's open errors.
+ConvertResult requant_file(const RequantOptions& opt);
+
+/// Rewrites a CMF file tightly: every tensor payload copied verbatim in directory order, header,
+/// masks and vocab carried over, section hashes regenerated, no sparse index (decision 4).
+ConvertResult compact_file(const std::string& input, const std::string& output, bool progress = true);
+
+}  // namespace cortiq::convert

@@ -1,0 +1,571 @@
+// `cortiq convert` / `requant` / `compact` end to end: random-weight checkpoints of every supported
+// family are generated at test time (tests/tools/gen_checkpoint.py, python3 + numpy), converted by
+// the built CLI, and the output is checked through cmf::Reader against the source safetensors
+// (read with convert::Checkpoint): names, shapes, dtypes, header and bundle fields, dequantized
+// values within each codec's bound, verify(), byte-identical reruns, sharding, and bad input
+// (typed error, nothing left behind).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "cmf/reader.h"
+#include "convert/plan.h"
+#include "convert/safetensors.h"
+#include "quant/codec.h"
+#include "util/half.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cortiq::quant::DType;
+
+std::string run_sh(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int r = pclose(p);
+  *rc = r;
+  return out;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class ConvertE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("cortiq_convert_e2e_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    int rc = 0;
+    run_sh("/usr/bin/python3 -c 'import numpy'", &rc);
+    have_python_ = rc == 0;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  /// Generates a checkpoint into dir_/name (once per name).
+  static fs::path gen(const std::string& name, const std::string& args) {
+    const fs::path out = dir_ / name;
+    if (fs::exists(out / "config.json")) return out;
+    int rc = 0;
+    const std::string log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) +
+                                       "/tests/tools/gen_checkpoint.py --out " + out.string() + " " + args,
+                                   &rc);
+    EXPECT_EQ(rc, 0) << log;
+    return out;
+  }
+  static std::string cli(const std::string& args, int* rc) {
+    return run_sh(std::string(CORTIQ_CLI_PATH) + " " + args, rc);
+  }
+  /// Everything in dir_ whose name starts with `stem` (to prove nothing was left behind).
+  static std::vector<std::string> leftovers(const std::string& stem) {
+    std::vector<std::string> r;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().rfind(stem, 0) == 0) r.push_back(e.path().filename().string());
+    return r;
+  }
+
+  static inline fs::path dir_;
+  static inline bool have_python_ = false;
+};
+
+#define NEED_PYTHON() \
+  if (!have_python_) GTEST_SKIP() << "python3 + numpy missing"
+
+std::vector<float> decode_all(const cortiq::cmf::Reader& r, const cortiq::cmf::TensorInfo& t) {
+  std::vector<float> v(t.numel());
+  cortiq::quant::decode(t.dtype, t.shape, r.payload(t), v);
+  return v;
+}
+
+/// Source values of an output tensor: same name, or "language_model." + name (gemma3 wrapper).
+const cortiq::convert::StTensor* source_of(const cortiq::convert::Checkpoint& c, const std::string& name) {
+  if (auto* t = c.find(name)) return t;
+  if (name.rfind("model.", 0) == 0)
+    if (auto* t = c.find("language_model." + name)) return t;
+  if (name.rfind("lm_head.", 0) == 0)
+    if (auto* t = c.find("language_model." + name)) return t;
+  if (name.rfind("model.mtp.", 0) == 0) {
+    std::string n = name.substr(6);
+    for (auto [a, b] : {std::pair{"mtp.eh_proj.", "mtp.fc."},
+                        {"mtp.enorm.", "mtp.pre_fc_norm_embedding."},
+                        {"mtp.hnorm.", "mtp.pre_fc_norm_hidden."}})
+      if (n.rfind(a, 0) == 0) n = b + n.substr(std::string(a).size());
+    return c.find(n);
+  }
+  return nullptr;
+}
+
+/// Max |decoded − source| allowed per element, by codec (quant/codec.h bounds, loosened by the
+/// f16 scale rounding): per 32-group for block codecs, per row for q8_row.
+void check_bound(DType dt, const std::vector<float>& src, const std::vector<float>& got,
+                 const std::vector<uint64_t>& shape, const std::string& name) {
+  ASSERT_EQ(src.size(), got.size()) << name;
+  const uint64_t in = shape.size() == 2 ? shape[1] : src.size();
+  auto absmax = [&](size_t b, size_t e) {
+    float m = 0;
+    for (size_t i = b; i < e; ++i) m = std::max(m, std::fabs(src[i]));
+    return m;
+  };
+  double se = 0, ss = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    se += double(src[i] - got[i]) * (src[i] - got[i]);
+    ss += double(src[i]) * src[i];
+  }
+  const double rel_rms = std::sqrt(se / std::max(ss, 1e-30));
+  switch (dt) {
+    case DType::F32:
+      for (size_t i = 0; i < src.size(); ++i) ASSERT_EQ(got[i], src[i]) << name << " @" << i;
+      return;
+    case DType::F16:
+      for (size_t i = 0; i < src.size(); ++i)
+        ASSERT_EQ(got[i], cortiq::round_f16(src[i])) << name << " @" << i;
+      return;
+    case DType::BF16:
+      for (size_t i = 0; i < src.size(); ++i)
+        ASSERT_EQ(got[i], cortiq::bf16_to_f32(cortiq::f32_to_bf16(src[i]))) << name << " @" << i;
+      return;
+    case DType::Q8Row:
+      for (size_t r = 0; r * in < src.size(); ++r) {
+        const float s = absmax(r * in, (r + 1) * in) / 127.0f;
+        for (size_t i = r * in; i < (r + 1) * in; ++i)
+          ASSERT_LE(std::fabs(got[i] - src[i]), 0.5f * s * 1.001f + 1e-7f) << name << " @" << i;
+      }
+      return;
+    case DType::Q4Block:
+    case DType::Q4Tiled:
+    case DType::Q4TP:
+      for (size_t g = 0; g * 32 < src.size(); ++g) {
+        const size_t b = g * 32, e = std::min(src.size(), b + 32);
+        const float step = absmax(b, e) / 7.0f;
+        const float lim = dt == DType::Q4TP ? step : 0.5f * step * 1.001f;
+        for (size_t i = b; i < e; ++i)
+          ASSERT_LE(std::fabs(got[i] - src[i]), lim + 1e-6f)
+              << name << " @" << i << " " << cortiq::quant::dtype_name(dt);
+      }
+      return;
+    case DType::Q2TP:
+      for (size_t g = 0; g * 32 < src.size(); ++g) {
+        const size_t b = g * 32, e = std::min(src.size(), b + 32);
+        for (size_t i = b; i < e; ++i)
+          ASSERT_LE(std::fabs(got[i] - src[i]), absmax(b, e) * 0.75f) << name << " @" << i;
+      }
+      EXPECT_LT(rel_rms, 0.6) << name;
+      return;
+    case DType::Q8_2F:
+      EXPECT_LT(rel_rms, 0.02) << name;
+      return;
+    case DType::VBitRo:
+    case DType::VBit:
+      EXPECT_LT(rel_rms, 0.2) << name;
+      return;
+    default:  // 1-bit / ternary: no per-element bound; still correlated with the source
+      EXPECT_LT(rel_rms, 1.0) << name;
+      return;
+  }
+}
+
+/// Converts `model` with `args`, opens the output and checks every tensor against the source.
+void convert_and_check(const fs::path& model, const fs::path& out, const std::string& quant,
+                       const std::string& extra = "") {
+  int rc = 0;
+  const std::string log = run_sh(std::string(CORTIQ_CLI_PATH) + " convert --model " + model.string() +
+                                     " --quant " + quant + " -o " + out.string() + " " + extra,
+                                 &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("✓ wrote " + out.string()), std::string::npos) << log;
+  auto r = cortiq::cmf::Reader::open(out.string());
+  EXPECT_TRUE(r.verify().empty());
+  cortiq::convert::Checkpoint ck(model.string());
+  cortiq::convert::QuantPlan plan;
+  plan.base = cortiq::convert::parse_quant(quant);
+  const bool moe = r.header().arch.moe.has_value();
+  size_t checked = 0;
+  for (const auto& t : r.tensors()) {
+    SCOPED_TRACE(t.name);
+    const auto d = cortiq::convert::decide(plan, t.name, t.shape, moe);
+    if (extra.find("--quant-rule") == std::string::npos) {
+      EXPECT_EQ(t.dtype, d.dtype) << d.reason;
+    }
+    const auto* s = source_of(ck, t.name);
+    if (!s) continue;  // split tensors are checked by the phi3 test
+    ++checked;
+    EXPECT_EQ(t.shape, s->shape);
+    check_bound(t.dtype, cortiq::convert::to_f32(*s), decode_all(r, t), t.shape, t.name);
+  }
+  EXPECT_GE(checked * 2, r.tensors().size()) << "most tensors must be compared with their source";
+}
+
+TEST_F(ConvertE2E, EveryFamilyConvertsWithinCodecBounds) {
+  NEED_PYTHON();
+  struct Case {
+    std::string family, args;
+  };
+  const std::vector<Case> cases = {
+      {"llama", "--tied"},
+      {"mistral", "--sliding-window 64"},
+      {"qwen2", "--tied"},
+      {"qwen3", ""},
+      {"qwen2_moe", "--experts 4 --top-k 2 --mlp-only-layers 1"},
+      {"qwen3_moe", "--experts 4 --top-k 2 --tied"},
+      {"gemma", "--tied --head-dim 32"},
+      {"gemma2", "--tied"},
+      {"gemma3", "--tied --layers 6"},
+      {"gemma3_text", ""},
+      {"phi3", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.family);
+    const auto m = gen("fam_" + c.family, "--family " + c.family + " --seed 3 " + c.args);
+    const fs::path out = dir_ / ("fam_" + c.family + ".cmf");
+    convert_and_check(m, out, "q4tp", "--threads 2");
+    auto r = cortiq::cmf::Reader::open(out.string());
+    const auto& a = r.header().arch;
+    const bool tied = c.args.find("--tied") != std::string::npos;
+    EXPECT_EQ(a.tie_word_embeddings, tied);
+    EXPECT_EQ(r.find("lm_head.weight") == nullptr, a.tie_word_embeddings);
+    EXPECT_NE(r.find("model.embed_tokens.weight"), nullptr);
+    EXPECT_NE(r.find("model.norm.weight"), nullptr);
+    EXPECT_EQ(a.hidden_size, 64u);
+    EXPECT_EQ(a.num_attention_heads, 4u);
+    EXPECT_EQ(a.num_kv_heads, 2u);
+    EXPECT_EQ(a.vocab_size, 256u);
+    EXPECT_EQ(r.header().quant_type, cortiq::cmf::QuantType::Q4Block);
+    ASSERT_TRUE(r.header().tokenizer_config);
+    EXPECT_EQ(r.header().tokenizer_config->eos_token_ids.front(), 2u);  // generation_config first
+    EXPECT_EQ(r.header().provenance.at("plan").at("quant"), "q4tp");
+    EXPECT_EQ(r.header().provenance.at("source_model"), "fam_" + c.family);
+    for (const auto& t : r.tensors()) {
+      EXPECT_EQ(t.name.find("vision"), std::string::npos) << t.name;
+      EXPECT_EQ(t.name.find("language_model"), std::string::npos) << t.name;
+      EXPECT_EQ(t.name.find("qkv_proj"), std::string::npos) << t.name;
+      EXPECT_EQ(t.name.find("gate_up_proj"), std::string::npos) << t.name;
+    }
+    if (c.family == "qwen2_moe") {
+      ASSERT_TRUE(a.moe);
+      EXPECT_EQ(a.moe->num_experts, 4u);
+      EXPECT_EQ(a.moe->shared_expert_intermediate_size, 64u);
+      EXPECT_EQ(r.tensor("model.layers.0.mlp.gate.weight").dtype, DType::F16);  // router policy
+      EXPECT_NE(r.find("model.layers.1.mlp.gate_proj.weight"), nullptr);        // dense layer kept
+      EXPECT_EQ(r.find("model.layers.1.mlp.gate.weight"), nullptr);
+      // Experts role-contiguous: all gate_proj, then all up_proj (spec §2.2).
+      std::vector<std::string> order;
+      for (const auto& t : r.tensors())
+        if (t.name.rfind("model.layers.0.mlp.experts.", 0) == 0) order.push_back(t.name);
+      ASSERT_EQ(order.size(), 12u);
+      EXPECT_EQ(order[1], "model.layers.0.mlp.experts.1.gate_proj.weight");
+      EXPECT_EQ(order[4], "model.layers.0.mlp.experts.0.up_proj.weight");
+    }
+    if (c.family == "gemma2") {
+      EXPECT_EQ(a.norm_style, cortiq::cmf::NormStyle::Gemma);
+      EXPECT_EQ(a.attn_logit_softcapping, 50.0);
+      EXPECT_EQ(a.final_logit_softcapping, 30.0);
+      EXPECT_EQ(a.query_pre_attn_scalar, 16.0);
+      EXPECT_EQ(a.layer_types[0], cortiq::cmf::LayerType::SlidingAttention);
+    }
+    if (c.family == "gemma3") {
+      EXPECT_EQ(a.arch_name, "gemma3_text");
+      EXPECT_EQ(a.layer_types[5], cortiq::cmf::LayerType::FullAttention);
+      EXPECT_EQ(a.sliding_window_pattern, 6u);
+      EXPECT_EQ(r.header().tokenizer_config->eos_token_ids, (std::vector<uint32_t>{2, 3, 1, 106}));
+    }
+    if (c.family == "mistral") {
+      EXPECT_EQ(a.sliding_window, 64u);
+    }
+  }
+}
+
+TEST_F(ConvertE2E, Phi3FusedProjectionsSplitExactly) {
+  NEED_PYTHON();
+  const auto m = gen("phi3_f32", "--family phi3 --seed 5 --heads 4 --kv-heads 1 --ffn 96");
+  const fs::path out = dir_ / "phi3_f32.cmf";
+  int rc = 0;
+  const std::string log = cli("convert " + m.string() + " --quant f32 -o " + out.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  auto r = cortiq::cmf::Reader::open(out.string());
+  cortiq::convert::Checkpoint ck(m.string());
+  const auto qkv = cortiq::convert::to_f32(*ck.find("model.layers.1.self_attn.qkv_proj.weight"));
+  const auto gu = cortiq::convert::to_f32(*ck.find("model.layers.1.mlp.gate_up_proj.weight"));
+  std::vector<float> cat;
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    const auto& t = r.tensor(std::string("model.layers.1.self_attn.") + p + ".weight");
+    EXPECT_EQ(t.shape[1], 64u);
+    auto v = decode_all(r, t);
+    cat.insert(cat.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(r.tensor("model.layers.1.self_attn.q_proj.weight").shape[0], 64u);
+  EXPECT_EQ(r.tensor("model.layers.1.self_attn.k_proj.weight").shape[0], 16u);
+  EXPECT_EQ(cat, qkv);
+  cat.clear();
+  for (const char* p : {"gate_proj", "up_proj"}) {
+    const auto& t = r.tensor(std::string("model.layers.1.mlp.") + p + ".weight");
+    EXPECT_EQ(t.shape, (std::vector<uint64_t>{96, 64}));
+    auto v = decode_all(r, t);
+    cat.insert(cat.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(cat, gu);
+}
+
+TEST_F(ConvertE2E, CodecsFallbacksAndRules) {
+  NEED_PYTHON();
+  // ffn 80: down_proj has in = 80 (not a multiple of 32) → q8_2f fallback for in%32 codecs.
+  const auto m = gen("odd", "--family llama --seed 7 --ffn 80 --hidden 64 --dtype bf16");
+  for (const char* q :
+       {"f32", "f16", "bf16", "q8", "q8_2f", "q4", "q4t", "q4tp", "q2tp", "vbit", "q1", "q1p"}) {
+    SCOPED_TRACE(q);
+    const fs::path out = dir_ / (std::string("odd_") + q + ".cmf");
+    convert_and_check(m, out, q);
+    auto r = cortiq::cmf::Reader::open(out.string());
+    const auto& down = r.tensor("model.layers.0.mlp.down_proj.weight");
+    const auto& up = r.tensor("model.layers.0.mlp.up_proj.weight");
+    const std::string qs = q;
+    if (qs == "q4t" || qs == "q4tp" || qs == "q2tp" || qs == "vbit" || qs == "q1" || qs == "q1p") {
+      EXPECT_EQ(down.dtype, DType::Q8_2F);
+      EXPECT_NE(up.dtype, DType::Q8_2F);
+    }
+    if (qs == "q4") {
+      EXPECT_EQ(down.dtype, DType::Q4Block);
+    }
+    if (qs == "q2tp") {
+      EXPECT_EQ(up.dtype, DType::Q2TP);  // dense profile: gate/up q2tp
+      EXPECT_EQ(r.tensor("model.layers.0.self_attn.q_proj.weight").dtype, DType::Q4TP);
+    }
+    if (qs == "vbit") {
+      EXPECT_EQ(up.dtype, DType::VBitRo);
+    }
+    if (qs != "f32" && qs != "bf16") {
+      EXPECT_EQ(r.tensor("model.layers.0.input_layernorm.weight").dtype, DType::F16);
+    }
+  }
+  // Mixed plan: attention q8, everything else q4tp; the plan is recorded.
+  const fs::path out = dir_ / "odd_mixed.cmf";
+  convert_and_check(m, out, "q4tp", "--quant-rule '*.self_attn.*=q8' --quant-rule 'lm_head.weight=f16'");
+  auto r = cortiq::cmf::Reader::open(out.string());
+  EXPECT_EQ(r.tensor("model.layers.1.self_attn.o_proj.weight").dtype, DType::Q8Row);
+  EXPECT_EQ(r.tensor("model.layers.1.mlp.up_proj.weight").dtype, DType::Q4TP);
+  EXPECT_EQ(r.tensor("lm_head.weight").dtype, DType::F16);
+  EXPECT_EQ(r.header().provenance.at("plan").at("rules").at(0), "*.self_attn.*=q8");
+}
+
+TEST_F(ConvertE2E, DeterministicAcrossRunsAndThreads) {
+  NEED_PYTHON();
+  const auto m = gen("det", "--family qwen3_moe --seed 11 --experts 4 --tied");
+  const fs::path a = dir_ / "det_a.cmf", b = dir_ / "det_b.cmf", c = dir_ / "det_c.cmf";
+  int rc = 0;
+  for (auto [p, t] : {std::pair{a, "1"}, {b, "2"}, {c, "3"}}) {
+    const std::string log =
+        cli("convert --model " + m.string() + " --quant q4tp --threads " + t + " -o " + p.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+  }
+  const std::string fa = slurp(a);
+  EXPECT_GT(fa.size(), 4096u);
+  EXPECT_TRUE(fa == slurp(b));
+  EXPECT_TRUE(fa == slurp(c));
+}
+
+TEST_F(ConvertE2E, ShardedOutputHoldsTheSameTensors) {
+  NEED_PYTHON();
+  const auto m = gen("shard_src", "--family qwen2 --seed 13 --shards 3 --tokenizer qwen2.5");
+  const fs::path one = dir_ / "shard_one.cmf", many = dir_ / "shard_many.cmf";
+  int rc = 0;
+  std::string log = cli("convert --model " + m.string() + " --quant q8 -o " + one.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("convert --model " + m.string() + " --quant q8 -o " + many.string() + " --shard-max-gb 0.00004",
+            &rc);
+  ASSERT_EQ(rc, 0) << log;
+  auto names = leftovers("shard_many");
+  ASSERT_GE(names.size(), 2u) << log;
+  const size_t count = names.size();
+  const std::string first = fmt::format("shard_many-00001-of-{:05}.cmf", count);
+  EXPECT_TRUE(fs::exists(dir_ / first)) << log;
+  auto r1 = cortiq::cmf::Reader::open(one.string());
+  auto rs = cortiq::cmf::Reader::open((dir_ / first).string());
+  EXPECT_EQ(rs.num_files(), count);
+  EXPECT_TRUE(rs.verify().empty());
+  std::map<std::string, std::tuple<DType, std::vector<uint64_t>, uint64_t>> s1, s2;
+  for (const auto& t : r1.tensors()) s1[t.name] = {t.dtype, t.shape, t.hash};
+  for (const auto& t : rs.tensors()) s2[t.name] = {t.dtype, t.shape, t.hash};
+  EXPECT_EQ(s1, s2);
+  // Vocab: tokenizer.json verbatim, in shard 1 only.
+  const std::string tok = slurp(m / "tokenizer.json");
+  EXPECT_EQ(std::string(r1.vocab().begin(), r1.vocab().end()), tok);
+  EXPECT_EQ(std::string(rs.vocab().begin(), rs.vocab().end()), tok);
+  ASSERT_TRUE(rs.header().shard);
+  EXPECT_EQ(rs.header().shard->count, count);
+  // Qwen2.5 bundle: chat template from tokenizer_config, eos = generation ∪ config ∪ <|im_end|>.
+  ASSERT_TRUE(r1.header().tokenizer_config);
+  const auto& b = *r1.header().tokenizer_config;
+  ASSERT_TRUE(b.chat_template);
+  EXPECT_NE(b.chat_template->find("<|im_start|>"), std::string::npos);
+  EXPECT_EQ(b.eos_token_ids, (std::vector<uint32_t>{2, 3, 151645}));
+}
+
+TEST_F(ConvertE2E, MtpBlockIsRenamedAndDeclared) {
+  NEED_PYTHON();
+  const auto m = gen("mtp", "--family qwen3 --seed 17 --mtp --tied");
+  const fs::path out = dir_ / "mtp.cmf";
+  convert_and_check(m, out, "q8");
+  auto r = cortiq::cmf::Reader::open(out.string());
+  ASSERT_TRUE(r.header().arch.mtp);
+  EXPECT_EQ(r.header().arch.mtp->num_layers, 1u);
+  EXPECT_EQ(r.tensor("model.mtp.eh_proj.weight").shape, (std::vector<uint64_t>{64, 128}));
+  EXPECT_NE(r.find("model.mtp.enorm.weight"), nullptr);
+  EXPECT_NE(r.find("model.mtp.hnorm.weight"), nullptr);
+  EXPECT_NE(r.find("model.mtp.layers.0.self_attn.q_proj.weight"), nullptr);
+}
+
+TEST_F(ConvertE2E, Stories260K) {
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "../shared/models/stories260K-hf";
+  if (!fs::exists(hf / "model.safetensors")) GTEST_SKIP() << "../shared missing";
+  const fs::path out = dir_ / "stories_q4t.cmf";
+  convert_and_check(hf, out, "q4t");
+  auto r = cortiq::cmf::Reader::open(out.string());
+  const auto& a = r.header().arch;
+  EXPECT_EQ(a.arch_name, "llama");
+  EXPECT_EQ(a.intermediate_size, 172u);
+  EXPECT_EQ(a.head_dim, 8u);
+  EXPECT_EQ(a.num_kv_heads, 4u);
+  EXPECT_TRUE(a.tie_word_embeddings);
+  EXPECT_EQ(a.rms_norm_eps, 1e-5);
+  EXPECT_EQ(r.find("lm_head.weight"), nullptr);
+  // intermediate 172 % 32 != 0: down_proj falls back to q8_2f; gate/up ([172, 64]) stay q4t.
+  EXPECT_EQ(r.tensor("model.layers.0.mlp.down_proj.weight").dtype, DType::Q8_2F);
+  EXPECT_EQ(r.tensor("model.layers.0.mlp.gate_proj.weight").dtype, DType::Q4Tiled);
+  EXPECT_EQ(r.tensors().size(), 1u + 5u * 9u + 1u);
+  EXPECT_EQ(std::string(r.vocab().begin(), r.vocab().end()), slurp(hf / "tokenizer.json"));
+  ASSERT_TRUE(r.header().tokenizer_config);
+  EXPECT_EQ(r.header().tokenizer_config->eos_token_ids, (std::vector<uint32_t>{2, 1}));
+  EXPECT_EQ(r.header().tokenizer_config->bos_token_id, 1u);
+}
+
+TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
+  NEED_PYTHON();
+  const auto m = gen("rq", "--family qwen2 --seed 19 --tokenizer qwen2.5 --tied");
+  const fs::path q8 = dir_ / "rq_q8.cmf", q4 = dir_ / "rq_q4.cmf", cp = dir_ / "rq_cp.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + m.string() + " --quant q8 -o " + q8.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("requant " + q8.string() + " --quant q4tp --quant-rule 'model.embed_tokens.weight=q8' -o " +
+                q4.string(),
+            &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("✓ wrote"), std::string::npos);
+  auto a = cortiq::cmf::Reader::open(q8.string());
+  auto b = cortiq::cmf::Reader::open(q4.string());
+  EXPECT_TRUE(b.verify().empty());
+  EXPECT_EQ(cortiq::cmf::arch_to_json(a.header().arch), cortiq::cmf::arch_to_json(b.header().arch));
+  EXPECT_EQ(std::string(a.vocab().begin(), a.vocab().end()), std::string(b.vocab().begin(), b.vocab().end()));
+  EXPECT_EQ(a.header().tokenizer_config->eos_token_ids, b.header().tokenizer_config->eos_token_ids);
+  EXPECT_EQ(b.header().provenance.at("requant").at("plan").at("quant"), "q4tp");
+  EXPECT_EQ(b.header().provenance.at("plan").at("quant"), "q8");  // convert's record kept
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  // Same dtype → verbatim copy (no second quantization).
+  EXPECT_EQ(b.tensor("model.embed_tokens.weight").hash, a.tensor("model.embed_tokens.weight").hash);
+  const auto& ta = a.tensor("model.layers.1.mlp.up_proj.weight");
+  const auto& tb = b.tensor("model.layers.1.mlp.up_proj.weight");
+  EXPECT_EQ(tb.dtype, DType::Q4TP);
+  check_bound(DType::Q4TP, decode_all(a, ta), decode_all(b, tb), tb.shape, tb.name);
+
+  log = cli("compact " + q4.string() + " -o " + cp.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  auto c = cortiq::cmf::Reader::open(cp.string());
+  EXPECT_TRUE(c.verify().empty());
+  ASSERT_EQ(c.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < c.tensors().size(); ++i) {
+    EXPECT_EQ(c.tensors()[i].name, b.tensors()[i].name);
+    EXPECT_EQ(c.tensors()[i].hash, b.tensors()[i].hash);
+  }
+  EXPECT_EQ(std::string(c.vocab().begin(), c.vocab().end()), std::string(b.vocab().begin(), b.vocab().end()));
+  EXPECT_EQ(c.header().provenance, b.header().provenance);
+}
+
+TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {
+  NEED_PYTHON();
+  struct Case {
+    std::string name, gen_args, convert_args, expect;
+    std::function<void(const fs::path&)> damage;
+  };
+  auto truncate = [](const fs::path& d) {
+    fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 100);
+  };
+  auto lie = [](const fs::path& d) {
+    // Make the first tensor's end offset claim 4 bytes less: dtype × shape ≠ length.
+    std::string s = slurp(d / "model.safetensors");
+    const size_t p = s.find("\"data_offsets\":[0,");
+    ASSERT_NE(p, std::string::npos);
+    const size_t q = p + 18;
+    const size_t e = s.find(']', q);
+    const std::string num = s.substr(q, e - q);
+    std::string repl = std::to_string(std::stoull(num) - 4);
+    repl.resize(num.size(), ' ');  // keep the header length
+    s.replace(q, num.size(), repl);
+    std::ofstream(d / "model.safetensors", std::ios::binary) << s;
+  };
+  auto no_config = [](const fs::path& d) { fs::remove(d / "config.json"); };
+  auto unknown_type = [](const fs::path& d) {
+    std::string s = slurp(d / "config.json");
+    s.replace(s.find("\"llama\""), 7, "\"mamba\"");
+    std::ofstream(d / "config.json") << s;
+  };
+  const std::vector<Case> cases = {
+      {"bad_trunc", "--family llama", "--quant q8", "Bounds", truncate},
+      {"bad_lie", "--family llama", "--quant q8", "model.embed_tokens.weight", lie},
+      {"bad_noconfig", "--family llama", "--quant q8", "config.json", no_config},
+      {"bad_type", "--family llama", "--quant q8", "'mamba'", unknown_type},
+      {"bad_nan_q", "--family llama --inject model.layers.1.mlp.up_proj.weight=nan", "--quant q4tp",
+       "model.layers.1.mlp.up_proj.weight", nullptr},
+      {"bad_inf_f16", "--family llama --inject model.layers.0.self_attn.k_proj.weight=inf", "--quant f16",
+       "--allow-nonfinite", nullptr},
+      {"bad_nan_allowed_q", "--family llama --inject model.layers.0.self_attn.k_proj.weight=-inf",
+       "--quant q8 --allow-nonfinite", "model.layers.0.self_attn.k_proj.weight", nullptr},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::path m;
+    if (c.damage) {  // damage a copy of one clean checkpoint (fewer generator runs)
+      const fs::path clean = gen("bad_clean", "--family llama --seed 23");
+      m = dir_ / c.name;
+      fs::remove_all(m);
+      fs::copy(clean, m, fs::copy_options::recursive);
+      c.damage(m);
+    } else {
+      m = gen(c.name, c.gen_args + " --seed 23");
+    }
+    int rc = 0;
+    const std::string log = cli("convert --model " + m.string() + " " + c.convert_args + " -o " +
+                                    (dir_ / (c.name + "_out.cmf")).string(),
+                                &rc);
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_NE(log.find("Error: "), std::string::npos) << log;
+    EXPECT_NE(log.find(c.expect), std::string::npos) << log;
+    EXPECT_TRUE(leftovers(c.name + "_out").empty()) << log;
+  }
+  // With --allow-nonfinite, Inf survives in an f16 tensor.
+  const auto m = gen("bad_inf_f16", "");
+  const fs::path out = dir_ / "inf_ok.cmf";
+  int rc = 0;
+  const std::string log =
+      cli("convert --model " + m.string() + " --quant f16 --allow-nonfinite -o " + out.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  auto r = cortiq::cmf::Reader::open(out.string());
+  const auto v = decode_all(r, r.tensor("model.layers.0.self_attn.k_proj.weight"));
+  EXPECT_EQ(std::count_if(v.begin(), v.end(), [](float x) { return std::isinf(x); }), 1);
+}
+
+}  // namespace
