@@ -1,0 +1,77 @@
+// `cortiq ppl <model.cmf> -f FILE` — perplexity: llama.cpp's chunked procedure (default) or the
+// reference's prefix procedure (--mode prefix). Result on stdout.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.h"
+#include "runtime/perplexity.h"
+#include "runtime/session.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct PplArgs {
+  std::string model, file, mode = "chunked";
+  size_t ctx = 512, batch = 0, threads = 0, tokens = 1024;
+  bool exact = false;
+  bool kv_f16 = false;
+  std::string task;
+};
+
+void ppl_cmd(const PplArgs& a) {
+  std::ifstream f(a.file, std::ios::binary);
+  if (!f) fail(ErrorKind::Io, "cannot read '{}'", a.file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  runtime::LoadOptions lo;
+  lo.threads = a.threads;
+  lo.exact = a.exact;
+  lo.task = a.task;
+  lo.ctx = a.mode == "prefix" ? a.tokens : a.ctx;
+  runtime::LoadedModel lm = runtime::load_model(a.model, lo);
+  std::vector<uint32_t> ids = lm.encode_raw(text);
+  runtime::PplResult r;
+  if (a.mode == "chunked") {
+    if (a.ctx > lm.model->arch().max_position_embeddings)
+      fail(ErrorKind::InvalidArgument, "--ctx {} exceeds max_position_embeddings {}", a.ctx,
+           lm.model->arch().max_position_embeddings);
+    r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, lm.add_bos ? lm.bos_id : std::nullopt, a.batch,
+                                    a.kv_f16);
+    std::printf("chunks: %zu x %zu tokens (text: %zu tokens), scored the second half of each\n", r.chunks,
+                a.ctx, ids.size());
+  } else if (a.mode == "prefix") {
+    if (ids.size() > a.tokens) ids.resize(a.tokens);
+    if (ids.size() > lm.model->arch().max_position_embeddings)
+      ids.resize(lm.model->arch().max_position_embeddings);
+    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.kv_f16);
+  } else {
+    fail(ErrorKind::InvalidArgument, "--mode must be 'chunked' or 'prefix' (got '{}')", a.mode);
+  }
+  std::printf("PPL = %.4f +/- %.5f over %zu tokens\n", r.ppl, r.ppl_stderr, r.tokens_scored);
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<PplArgs>();
+  auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
+  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("-f,--file", a->file, "UTF-8 text file")->required();
+  c->add_option("--ctx", a->ctx, "chunk length in tokens (chunked mode, 512)");
+  c->add_option("--batch", a->batch, "positions per forward call (0 = whole chunk)");
+  c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
+  c->add_option("--tokens", a->tokens, "prefix mode: max tokens (1024)");
+  c->add_option("--threads", a->threads, "kernel threads (0 = all cores)");
+  c->add_flag("--exact", a->exact, "f32 activations in every matvec (no int8 approximation)");
+  c->add_flag("--kv-f16", a->kv_f16, "store the KV cache in f16");
+  c->add_option("-t,--task", a->task, "task mask name, or 'off'");
+  c->callback([a] { ppl_cmd(*a); });
+}
+
+}  // namespace
+
+CORTIQ_COMMAND(21, setup);
+
+}  // namespace cortiq::cli

@@ -1,0 +1,190 @@
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "quant/codec.h"
+#include "util/error.h"
+
+namespace cortiq::kernels {
+namespace {
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct Owned {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+Owned make(quant::DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+  Owned o;
+  std::vector<uint64_t> shape{rows, cols};
+  o.bytes = quant::encode(t, shape, v);
+  o.view = WeightView{t, shape, o.bytes, "w"};
+  return o;
+}
+
+TEST(Kernels, MatvecEveryDtypeEqualsDecodedDoubleDot) {
+  // The reference mode is bit-exact against a double dot; the SIMD modes are tested against it
+  // with their documented bounds in simd_matvec_test.cc.
+  ScopedMatmulMode mode(MatmulMode::Reference);
+  const uint64_t rows = 37, cols = 96;
+  const auto w = randv(rows * cols, 1), x = randv(cols, 2);
+  ThreadPool pool(3);
+  for (int id = 0; id < quant::kNumDTypes; ++id) {
+    const auto t = *quant::dtype_from_id(static_cast<uint8_t>(id));
+    if (!has_kernel(t)) continue;
+    SCOPED_TRACE(std::string(quant::dtype_name(t)));
+    auto o = make(t, rows, cols, w);
+    check_weight(o.view);
+    std::vector<float> deq(rows * cols);
+    quant::decode(t, o.view.shape, o.bytes, deq);
+    std::vector<float> y(rows), y1(rows);
+    matvec(o.view, x.data(), y.data(), pool);
+    matvec(o.view, x.data(), y1.data(), serial_pool());
+    for (uint64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (uint64_t c = 0; c < cols; ++c) s += static_cast<double>(deq[r * cols + c]) * x[c];
+      EXPECT_EQ(y[r], static_cast<float>(s)) << r;
+      EXPECT_EQ(y[r], y1[r]);  // thread-count independent
+    }
+    // Batched matmul is bit-identical to per-row matvec; a row slice too.
+    const auto X = randv(3 * cols, 3);
+    std::vector<float> Y(3 * rows), yy(rows), ys(5);
+    matmul(o.view, X.data(), 3, Y.data(), pool);
+    for (int i = 0; i < 3; ++i) {
+      matvec(o.view, X.data() + i * cols, yy.data(), pool);
+      for (uint64_t r = 0; r < rows; ++r) EXPECT_EQ(Y[i * rows + r], yy[r]);
+    }
+    matvec_rows(o.view, 10, 5, x.data(), ys.data(), pool);
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(ys[r], y[10 + r]);
+  }
+}
+
+TEST(Kernels, UnsupportedDtypeNamesTensor) {
+  WeightView w{quant::DType::Mix8_4, {4, 4}, {}, "model.layers.3.mlp.up_proj.weight"};
+  try {
+    check_weight(w);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("model.layers.3.mlp.up_proj.weight"), std::string::npos);
+  }
+}
+
+TEST(Kernels, RmsNormStyles) {
+  const float x[4] = {1, -2, 3, -4};
+  const float w[4] = {0.5f, 1, 2, -1};
+  float q[4], g[4], n[4];
+  rmsnorm(x, w, 4, 1e-6, NormStyle::Qwen, q);
+  rmsnorm(x, w, 4, 1e-6, NormStyle::Gemma, g);
+  rmsnorm(x, nullptr, 4, 1e-6, NormStyle::Qwen, n);
+  const double inv = 1.0 / std::sqrt(30.0 / 4 + 1e-6);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(n[i], x[i] * inv, 1e-6);
+    EXPECT_NEAR(q[i], x[i] * inv * w[i], 1e-6);
+    EXPECT_NEAR(g[i], x[i] * inv * (1 + w[i]), 1e-6);
+  }
+}
+
+TEST(Kernels, Activations) {
+  EXPECT_NEAR(silu(1.0f), 0.7310585786f, 1e-7);
+  EXPECT_NEAR(gelu_tanh(1.0f), 0.8411920071f, 1e-7);  // torch gelu(approximate='tanh')
+  EXPECT_NEAR(gelu_tanh(-2.0f), -0.0454023f, 1e-6);
+  float v[3] = {1, 2, 3};
+  softmax(v, 3);
+  EXPECT_NEAR(v[0], 0.09003057f, 1e-7);
+  EXPECT_NEAR(v[2], 0.66524096f, 1e-7);
+  float c[2] = {100.0f, -1.0f};
+  softcap(c, 2, 30.0f);
+  EXPECT_NEAR(c[0], 30.0 * std::tanh(100.0 / 30.0), 1e-5);
+}
+
+// PITFALLS RUN-1: Llama-3.2-1B rope_scaling → inv_freq values.
+TEST(Kernels, Llama3RopeScaling) {
+  const auto ff = llama3_freq_factors(64, 500000.0, 32.0, 1.0, 4.0, 8192.0);
+  auto t = make_rope(64, 500000.0, 1.0, std::nullopt, ff);
+  ASSERT_EQ(t.inv_freq.size(), 32u);
+  EXPECT_NEAR(t.inv_freq[14], 3.211445995e-3, 3.211445995e-3 * 1e-6);
+  EXPECT_NEAR(t.inv_freq[15], 1.290547928e-3, 1.290547928e-3 * 1e-5);
+  EXPECT_NEAR(t.inv_freq[16], 4.295567966e-4, 4.295567966e-4 * 1e-5);
+  EXPECT_NEAR(t.inv_freq[17], 9.708287803e-5, 9.708287803e-5 * 1e-5);
+  EXPECT_NEAR(t.inv_freq[18], 1.946163818e-5, 1.946163818e-5 * 1e-6);
+  EXPECT_NEAR(t.inv_freq[31], 9.418306725e-8, 9.418306725e-8 * 1e-6);
+}
+
+TEST(Kernels, RopeHalfSplitAndPartial) {
+  auto t = make_rope(8, 10000.0, 0.5, std::nullopt, {});
+  ASSERT_EQ(t.rotary_dim, 4u);
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  rope(x, 1, 8, t, 3);
+  // pair (0,2) with inv_freq 1, pair (1,3) with inv_freq 1/100
+  const double a0 = 3.0, a1 = 3.0 / 100.0;
+  EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(x[i], i + 1);  // pass-through tail
+}
+
+TEST(Kernels, YarnRampBlendsFrequencies) {
+  YarnParams y{4.0, 64.0, 32.0, 1.0, 1.5};
+  auto base = make_rope(16, 10000.0, 1.0, std::nullopt, {});
+  auto t = make_rope(16, 10000.0, 1.0, y, {});
+  EXPECT_EQ(t.scale, 1.5f);
+  EXPECT_FLOAT_EQ(t.inv_freq[0], base.inv_freq[0]);         // high frequency: extrapolated
+  EXPECT_FLOAT_EQ(t.inv_freq[7], base.inv_freq[7] / 4.0f);  // low frequency: interpolated
+}
+
+TEST(Kernels, AttentionGqaWindowSoftcapMatchesNaive) {
+  const size_t nh = 4, nkv = 2, hd = 8, cap = 10, npos = 7;
+  auto K = randv(nkv * cap * hd, 5), Vv = randv(nkv * cap * hd, 6), q = randv(nh * hd, 7);
+  KvLayerView kv{K.data(), Vv.data(), false, cap};
+  AttentionParams p{nh, nkv, hd, 0.35f, 2.0f};
+  const uint8_t alive[4] = {1, 0, 1, 1};
+  std::vector<float> out(nh * hd);
+  attention(q.data(), kv, 2, npos, p, alive, out.data());
+  for (size_t h = 0; h < nh; ++h) {
+    const size_t g = h / 2;
+    std::vector<double> s;
+    for (size_t j = 2; j < npos; ++j) {
+      double d = 0;
+      for (size_t c = 0; c < hd; ++c) d += q[h * hd + c] * K[(g * cap + j) * hd + c];
+      s.push_back(2.0 * std::tanh(d * 0.35 / 2.0));
+    }
+    double mx = *std::max_element(s.begin(), s.end()), sum = 0;
+    for (auto& x : s) sum += (x = std::exp(x - mx));
+    for (size_t c = 0; c < hd; ++c) {
+      double o = 0;
+      for (size_t j = 2; j < npos; ++j) o += s[j - 2] / sum * Vv[(g * cap + j) * hd + c];
+      EXPECT_NEAR(out[h * hd + c], h == 1 ? 0.0 : o, 1e-6);
+    }
+  }
+}
+
+TEST(Kernels, ThreadPoolCoversRangeAndPropagatesErrors) {
+  ThreadPool pool(4);
+  std::vector<int> hit(1000, 0);
+  pool.parallel_for(1000, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) hit[i]++;
+  });
+  for (int h : hit) EXPECT_EQ(h, 1);
+  EXPECT_THROW(pool.parallel_for(100,
+                                 [&](size_t b, size_t) {
+                                   if (b > 0) throw std::runtime_error("x");
+                                 }),
+               std::runtime_error);
+  pool.parallel_for(10, [&](size_t, size_t) {});  // still usable
+}
+
+}  // namespace
+}  // namespace cortiq::kernels

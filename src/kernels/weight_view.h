@@ -1,0 +1,37 @@
+// A weight tensor as the kernels see it: dtype, logical shape and the payload bytes, read in place
+// (normally a span into the mmap of a .cmf file; FORMAT-NOTES §1.6–1.8).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "quant/dtype.h"
+
+namespace cortiq::kernels {
+
+/// A borrowed view of one tensor. The payload must outlive every use of the view.
+/// Matrices are `[rows, cols]` row-major (HF Linear layout `[out_features, in_features]`);
+/// 1-D tensors are treated as a single row.
+struct WeightView {
+  quant::DType dtype = quant::DType::F32;
+  std::vector<uint64_t> shape;
+  std::span<const uint8_t> payload;
+  std::string name;  ///< tensor name, used in error messages
+
+  /// shape[0] for tensors of rank >= 2, else 1.
+  uint64_t rows() const noexcept { return shape.size() >= 2 ? shape[0] : 1; }
+  /// Product of shape[1..] for rank >= 2, shape[0] for rank 1, 1 for rank 0.
+  uint64_t cols() const noexcept {
+    if (shape.empty()) return 1;
+    if (shape.size() == 1) return shape[0];
+    uint64_t c = 1;
+    for (size_t i = 1; i < shape.size(); ++i) c *= shape[i];
+    return c;
+  }
+  /// Total element count.
+  uint64_t numel() const noexcept { return rows() * cols(); }
+};
+
+}  // namespace cortiq::kernels

@@ -1,0 +1,24 @@
+// TensorSource over an opened .cmf file: tensors are read in place from the Reader's mmap.
+#pragma once
+
+#include "cmf/reader.h"
+#include "model/tensor_source.h"
+
+namespace cortiq::model {
+
+/// Zero-copy views of a cmf::Reader's tensors (the Reader must outlive this source and any model
+/// bound from it). Skill indirection (round 2) wraps this source.
+class CmfTensorSource : public TensorSource {
+ public:
+  explicit CmfTensorSource(const cmf::Reader& r) : r_(&r) {}
+  std::optional<kernels::WeightView> find(std::string_view name) const override {
+    const cmf::TensorInfo* t = r_->find(name);
+    if (!t) return std::nullopt;
+    return kernels::WeightView{t->dtype, t->shape, r_->payload(*t), t->name};
+  }
+
+ private:
+  const cmf::Reader* r_;
+};
+
+}  // namespace cortiq::model

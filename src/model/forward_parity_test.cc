@@ -1,0 +1,260 @@
+// Parity of Model::forward with the PyTorch oracle (tests/oracles/fwd_oracle.py, goldens in
+// tests/golden/forward/<family>.json): tiny checkpoints of every family are regenerated here with
+// the oracle's deterministic generator; last-position logits must agree within 1e-4 (relative to
+// the largest |logit|) and the 32-token greedy continuation must be identical. Also: task masks
+// (all-open mask == no mask; a closed layer gate == the oracle skipping that layer), quantized
+// weights == their dequantized f32 copies (the runtime adds no error of its own), prefill == decode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/model.h"
+#include "quant/codec.h"
+#include "util/error.h"
+
+namespace cortiq::model {
+namespace {
+
+const char* kFamilies[] = {"llama", "llama3_rope", "mistral", "qwen2", "qwen2_yarn", "qwen3",
+                           "gemma", "gemma2",      "gemma3",  "phi3",  "qwen2_moe",  "qwen3_moe"};
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
+// Mirror of fwd_oracle.py gen_tensor (f32 arithmetic, SplitMix64 per tensor).
+std::vector<float> gen_tensor(uint64_t seed, const std::string& name, const std::vector<uint64_t>& shape,
+                              const std::string& init) {
+  uint64_t n = 1;
+  for (auto d : shape) n *= d;
+  uint64_t st = seed ^ fnv1a64(name);
+  std::vector<float> v(n);
+  uint64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  const float a = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
+  for (uint64_t i = 0; i < n; ++i) {
+    st += 0x9E3779B97F4A7C15ull;
+    uint64_t z = st;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / 16777216.0f;
+    float x = u * 2.0f - 1.0f;
+    if (init == "mat")
+      x = x * a;
+    else if (init == "norm1")
+      x = 1.0f + x * 0.1f;
+    else if (init == "norm0" || init == "bias")
+      x = x * 0.1f;
+    v[i] = x;
+  }
+  return v;
+}
+
+struct Case {
+  nlohmann::json g;
+  cmf::ModelArch arch;
+  MemoryTensorSource src;
+  std::vector<uint32_t> prompt;
+};
+
+std::unique_ptr<Case> load_case(const std::string& fam) {
+  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/forward/" + fam + ".json");
+  if (!f) return nullptr;
+  auto c = std::make_unique<Case>();
+  c->g = nlohmann::json::parse(f);
+  c->arch = cmf::arch_from_json(c->g["cmf_arch"]);
+  for (const auto& t : c->g["tensors"]) {
+    const auto shape = t["shape"].get<std::vector<uint64_t>>();
+    c->src.add_f32(t["name"], shape, gen_tensor(c->g["seed"], t["name"], shape, t["init"]));
+  }
+  c->prompt = c->g["prompt"].get<std::vector<uint32_t>>();
+  return c;
+}
+
+std::vector<float> last_logits(Model& m, const std::vector<uint32_t>& ids) {
+  KvCache kv(m.arch(), 128);
+  std::vector<float> lg(m.vocab_size());
+  m.forward(ids, kv, lg);
+  return lg;
+}
+
+std::vector<uint32_t> greedy(Model& m, std::vector<uint32_t> ids, size_t n,
+                             std::vector<float>* first = nullptr) {
+  KvCache kv(m.arch(), 128);
+  std::vector<float> lg(m.vocab_size());
+  m.forward(ids, kv, lg);
+  if (first) *first = lg;
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < lg.size(); ++j)
+      if (lg[j] > lg[best]) best = j;
+    out.push_back(best);
+    m.forward(std::span<const uint32_t>(&best, 1), kv, lg);
+  }
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const nlohmann::json& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double mx = 0;
+  for (const auto& w : want) mx = std::max(mx, std::abs(w.get<double>()));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i].get<double>(), 1e-4 * mx) << "logit " << i;
+}
+
+class ForwardParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ForwardParity, LogitsAndGreedyMatchOracle) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c) << "golden missing";
+  auto m = Model::bind(c->arch, c->src, {2});
+  std::vector<float> first;
+  const auto g = greedy(*m, c->prompt, 32, &first);
+  expect_close(first, c->g["last_logits"]);
+  EXPECT_EQ(g, c->g["greedy"].get<std::vector<uint32_t>>());
+}
+
+TEST_P(ForwardParity, MasksOpenEqualsNoneAndClosedLayerEqualsSkip) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {1});
+  const auto base = last_logits(*m, c->prompt);
+  cmf::TaskMask open = cmf::make_full_mask(c->arch, "open", 0, c->arch.moe.has_value());
+  m->set_mask(&open);
+  EXPECT_FALSE(m->has_mask());  // dropped
+  EXPECT_EQ(last_logits(*m, c->prompt), base);
+  cmf::TaskMask closed = open;
+  const uint32_t skip = c->g["skip_layer"];
+  closed.layer_gates.set(0, skip, false);
+  m->set_mask(&closed);
+  EXPECT_TRUE(m->has_mask());
+  expect_close(last_logits(*m, c->prompt), c->g["skip_last_logits"]);
+  EXPECT_EQ(greedy(*m, c->prompt, 8), c->g["skip_greedy"].get<std::vector<uint32_t>>());
+}
+
+TEST_P(ForwardParity, PrefillEqualsDecodeAndThreadCountInvariant) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c);
+  auto m1 = Model::bind(c->arch, c->src, {1});
+  auto m3 = Model::bind(c->arch, c->src, {3});
+  const size_t V = m1->vocab_size(), T = c->prompt.size();
+  KvCache kv(c->arch, 64);
+  std::vector<float> all(T * V);
+  m1->forward(c->prompt, kv, all, LogitsMode::All);
+  KvCache kv2(c->arch, 64, /*f16=*/false);
+  std::vector<float> one(V);
+  for (size_t t = 0; t < T; ++t) {
+    m3->forward(std::span<const uint32_t>(&c->prompt[t], 1), kv2, one);
+    for (size_t i = 0; i < V; ++i) ASSERT_EQ(one[i], all[t * V + i]) << t;
+  }
+}
+
+// Quantized weights: the oracle for a quantized file is the same model on the dequantized weights;
+// our forward on the quantized payloads must match the forward on their f32 decode (no error of
+// the runtime's own) — logits to 1e-5 relative and greedy identical.
+TEST_P(ForwardParity, QuantizedEqualsDequantized) {
+  // `--exact` semantics: f32 activations, so the only difference is the weights' quantization.
+  kernels::ScopedMatmulMode mode(kernels::MatmulMode::Exact);
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c);
+  for (auto dt : {quant::DType::Q8Row, quant::DType::Q4TP, quant::DType::Q8_2F, quant::DType::VBitRo,
+                  quant::DType::Q4Block, quant::DType::F16, quant::DType::Q1T}) {
+    SCOPED_TRACE(std::string(quant::dtype_name(dt)));
+    MemoryTensorSource qs, ds;
+    for (const auto& name : c->src.names()) {
+      auto w = *c->src.find(name);
+      std::vector<float> v(w.numel());
+      std::memcpy(v.data(), w.payload.data(), v.size() * 4);
+      if (w.shape.size() == 2 && w.shape[1] % 32 == 0 && w.numel() >= 32) {
+        auto bytes = quant::encode(dt, w.shape, v);
+        std::vector<float> deq(v.size());
+        quant::decode(dt, w.shape, bytes, deq);
+        qs.add(name, dt, w.shape, bytes);
+        ds.add_f32(name, w.shape, deq);
+      } else {
+        qs.add_f32(name, w.shape, v);
+        ds.add_f32(name, w.shape, v);
+      }
+    }
+    auto mq = Model::bind(c->arch, qs, {2});
+    auto md = Model::bind(c->arch, ds, {1});
+    std::vector<float> lq, ld;
+    const auto gq = greedy(*mq, c->prompt, 16, &lq);
+    const auto gd = greedy(*md, c->prompt, 16, &ld);
+    double mx = 0;
+    for (float x : ld) mx = std::max(mx, static_cast<double>(std::abs(x)));
+    for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], ld[i], 1e-5 * mx);
+    EXPECT_EQ(gq, gd);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForwardParity, ::testing::ValuesIn(kFamilies));
+
+TEST(ModelBind, MissingTensorsAreNamed) {
+  auto c = load_case("qwen2");
+  ASSERT_TRUE(c);
+  c->src.remove("model.layers.1.mlp.up_proj.weight");
+  c->src.remove("model.norm.weight");
+  try {
+    Model::bind(c->arch, c->src);
+    FAIL();
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << w;
+    EXPECT_NE(w.find("model.norm.weight"), std::string::npos) << w;
+  }
+}
+
+TEST(ModelBind, UntiedWithoutLmHeadIsAnError) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  c->arch.tie_word_embeddings = false;
+  EXPECT_THROW(Model::bind(c->arch, c->src), Error);
+}
+
+TEST(ModelBind, DtypeWithoutKernelFailsAtLoadNamingTensor) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  c->src.add("model.layers.0.self_attn.k_proj.weight", quant::DType::Mix8_4, {16, 32},
+             std::vector<uint8_t>(16));
+  try {
+    Model::bind(c->arch, c->src);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.k_proj.weight"), std::string::npos);
+  }
+}
+
+TEST(ModelForward, ContextOverflowIsAnError) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src);
+  KvCache kv(c->arch, 4);
+  std::vector<float> lg(m->vocab_size());
+  EXPECT_THROW(m->forward(c->prompt, kv, lg), Error);
+}
+
+TEST(ModelForward, F16KvCacheStaysClose) {
+  auto c = load_case("qwen3");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src);
+  KvCache kv(c->arch, 64, true);
+  std::vector<float> lg(m->vocab_size());
+  m->forward(c->prompt, kv, lg);
+  const auto& want = c->g["last_logits"];
+  double mx = 0;
+  for (const auto& w : want) mx = std::max(mx, std::abs(w.get<double>()));
+  for (size_t i = 0; i < lg.size(); ++i) EXPECT_NEAR(lg[i], want[i].get<double>(), 5e-3 * mx);
+}
+
+}  // namespace
+}  // namespace cortiq::model

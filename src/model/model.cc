@@ -1,0 +1,718 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.h"
+#include "util/half.h"
+
+namespace cortiq::model {
+
+using kernels::WeightView;
+
+// ---------------------------------------------------------------------------------------------
+// KvCache
+
+KvCache::KvCache(const cmf::ModelArch& arch, size_t capacity, bool f16)
+    : capacity_(capacity), n_layers_(arch.num_layers), f16_(f16), head_dim_(arch.head_dim) {
+  kv_dim_.assign(n_layers_, arch.num_kv_heads);
+  for (size_t l = 0; l < n_layers_; ++l) {
+    const size_t n = kv_dim_[l] * capacity_ * head_dim_;
+    if (f16_) {
+      k16_.emplace_back(n);
+      v16_.emplace_back(n);
+    } else {
+      k32_.emplace_back(n);
+      v32_.emplace_back(n);
+    }
+  }
+}
+
+void KvCache::truncate(size_t n) {
+  if (n > size_) fail(ErrorKind::InvalidArgument, "KV cache truncate to {} > size {}", n, size_);
+  size_ = n;
+}
+
+size_t KvCache::bytes() const noexcept {
+  size_t b = 0;
+  for (size_t l = 0; l < n_layers_; ++l) b += 2 * kv_dim_[l] * capacity_ * head_dim_ * (f16_ ? 2 : 4);
+  return b;
+}
+
+kernels::KvLayerView KvCache::layer_view(size_t layer) const {
+  if (f16_) return {k16_[layer].data(), v16_[layer].data(), true, capacity_};
+  return {k32_[layer].data(), v32_[layer].data(), false, capacity_};
+}
+
+void KvCache::store(size_t layer, size_t pos, const float* k, const float* v) {
+  for (size_t h = 0; h < kv_dim_[layer]; ++h) {
+    const size_t base = (h * capacity_ + pos) * head_dim_;
+    for (size_t d = 0; d < head_dim_; ++d) {
+      if (f16_) {
+        k16_[layer][base + d] = f32_to_f16(k[h * head_dim_ + d]);
+        v16_[layer][base + d] = f32_to_f16(v[h * head_dim_ + d]);
+      } else {
+        k32_[layer][base + d] = k[h * head_dim_ + d];
+        v32_[layer][base + d] = v[h * head_dim_ + d];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bound weights
+
+namespace {
+
+struct Ffn {
+  WeightView gate, up, down;
+  uint64_t width = 0;  // intermediate neurons (rows of gate)
+};
+
+struct Moe {
+  WeightView router;
+  std::vector<Ffn> experts;
+  std::optional<Ffn> shared;
+  std::vector<float> shared_gate;  // [hidden], empty when absent
+};
+
+struct Layer {
+  uint32_t n_heads = 0;
+  bool sliding = false;
+  int rope = 0;  // 0 = global table, 1 = local table
+  std::vector<float> input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  bool sandwich = false;
+  WeightView q, k, v, o;
+  bool out_gate = false;  // q_proj rows == 2·nh·hd: per head [q(hd); gate(hd)]
+  std::vector<float> q_bias, k_bias, v_bias, q_norm, k_norm;
+  bool is_moe = false;
+  Ffn ffn;
+  Moe moe;
+};
+
+}  // namespace
+
+struct Model::Impl {
+  cmf::ModelArch arch;
+  kernels::ThreadPool pool;
+  WeightView embed, lm_head;
+  std::vector<float> final_norm;
+  std::vector<Layer> layers;
+  kernels::RopeTable rope_global, rope_local;
+  kernels::NormStyle norm_style = kernels::NormStyle::Qwen;
+  float embed_mult = 1.0f;
+  // active mask, unpacked to bytes (1 = alive)
+  bool masked = false;
+  std::vector<uint8_t> gate_alive;                 // [layers]
+  std::vector<std::vector<uint8_t>> head_alive;    // [layers][n_heads]
+  std::vector<std::vector<uint8_t>> ffn_alive;     // [layers][intermediate_size]
+  std::vector<std::vector<uint8_t>> expert_alive;  // [layers][num_experts] (empty = unrestricted)
+
+  explicit Impl(size_t threads) : pool(threads) {}
+
+  void ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out);
+  void dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out);
+  void moe_forward(const Layer& L, size_t li, const float* x, float* out);
+};
+
+namespace {
+
+std::vector<float> decode_vector(const WeightView& w) {
+  std::vector<float> v(w.numel());
+  kernels::decode_rows(w, 0, w.rows(), v.data());
+  return v;
+}
+
+struct Binder {
+  const TensorSource& src;
+  std::vector<std::string> missing;
+
+  std::optional<WeightView> opt(const std::string& name) { return src.find(name); }
+  WeightView req(const std::string& name) {
+    auto w = src.find(name);
+    if (!w) {
+      missing.push_back(name);
+      return WeightView{quant::DType::F32, {}, {}, name};
+    }
+    return *w;
+  }
+  // A matrix [rows, cols] with a kernel; rows == 0 / cols == 0 means "any".
+  void check_mat(const WeightView& w, uint64_t rows, uint64_t cols) {
+    if (w.shape.empty()) return;  // missing, reported later
+    kernels::check_weight(w);
+    if ((rows && w.rows() != rows) || (cols && w.cols() != cols))
+      fail(ErrorKind::Parse, "tensor '{}': shape [{}, {}] but the arch implies [{}, {}]", w.name, w.rows(),
+           w.cols(), rows ? std::to_string(rows) : "*", cols ? std::to_string(cols) : "*");
+  }
+  std::vector<float> vec(const WeightView& w, uint64_t n) {
+    if (w.shape.empty()) return {};
+    kernels::check_weight(w);
+    if (w.numel() != n) fail(ErrorKind::Parse, "tensor '{}': {} elements, expected {}", w.name, w.numel(), n);
+    return decode_vector(w);
+  }
+  std::vector<float> req_vec(const std::string& name, uint64_t n) { return vec(req(name), n); }
+  std::vector<float> opt_vec(const std::string& name, uint64_t n) {
+    auto w = opt(name);
+    return w ? vec(*w, n) : std::vector<float>{};
+  }
+  Ffn ffn(const std::string& prefix, uint64_t hidden) {
+    Ffn f;
+    f.gate = req(prefix + "gate_proj.weight");
+    f.up = req(prefix + "up_proj.weight");
+    f.down = req(prefix + "down_proj.weight");
+    if (!f.gate.shape.empty()) {
+      f.width = f.gate.rows();
+      check_mat(f.gate, 0, hidden);
+      check_mat(f.up, f.width, hidden);
+      check_mat(f.down, hidden, f.width);
+    }
+    return f;
+  }
+};
+
+}  // namespace
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+const cmf::ModelArch& Model::arch() const noexcept {
+  return impl_->arch;
+}
+uint32_t Model::vocab_size() const noexcept {
+  return static_cast<uint32_t>(impl_->lm_head.rows());
+}
+kernels::ThreadPool& Model::pool() noexcept {
+  return impl_->pool;
+}
+bool Model::has_mask() const noexcept {
+  return impl_->masked;
+}
+
+std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& source,
+                                   const ModelOptions& opt) {
+  auto impl = std::make_unique<Impl>(opt.threads);
+  impl->arch = a;
+  const uint64_t H = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
+  if (a.mla)
+    fail(ErrorKind::Unsupported, "arch '{}': MLA attention is not supported by this runtime", a.arch_name);
+  if (a.g3n) fail(ErrorKind::Unsupported, "arch '{}': Gemma-3n stacks are not supported", a.arch_name);
+  if (a.num_loops != 1)
+    fail(ErrorKind::Unsupported, "arch '{}': num_loops {} is not supported", a.arch_name, a.num_loops);
+  if (a.global_head_dim)
+    fail(ErrorKind::Unsupported, "arch '{}': global_head_dim is not supported", a.arch_name);
+  if (a.hidden_act == cmf::HiddenAct::Situ)
+    fail(ErrorKind::Unsupported, "arch '{}': hidden_act situ is not supported", a.arch_name);
+  if (a.moe && a.moe->router_sigmoid)
+    fail(ErrorKind::Unsupported, "arch '{}': sigmoid routers are not supported", a.arch_name);
+  if (a.layer_types.size() != a.num_layers)
+    fail(ErrorKind::Parse, "arch: layer_types has {} entries, num_layers is {}", a.layer_types.size(),
+         a.num_layers);
+  if (a.num_kv_heads == 0 || a.head_dim == 0 || a.hidden_size == 0)
+    fail(ErrorKind::Parse, "arch: hidden_size, head_dim and num_kv_heads must be > 0");
+  impl->norm_style =
+      a.norm_style == cmf::NormStyle::Gemma ? kernels::NormStyle::Gemma : kernels::NormStyle::Qwen;
+  impl->embed_mult = static_cast<float>(a.embed_multiplier);
+
+  std::optional<kernels::YarnParams> yarn;
+  if (a.yarn)
+    yarn = kernels::YarnParams{a.yarn->factor, static_cast<double>(a.yarn->original_max_position_embeddings),
+                               a.yarn->beta_fast, a.yarn->beta_slow, a.yarn->attention_factor};
+  std::vector<double> ff = a.rope_freq_factors.value_or(std::vector<double>{});
+  impl->rope_global = kernels::make_rope(a.head_dim, a.rope_theta, a.partial_rotary_factor, yarn, ff);
+  if (a.rope_local_base_freq)
+    impl->rope_local =
+        kernels::make_rope(a.head_dim, *a.rope_local_base_freq,
+                           a.local_partial_rotary_factor.value_or(a.partial_rotary_factor), std::nullopt, {});
+
+  Binder b{source, {}};
+  impl->embed = b.req("model.embed_tokens.weight");
+  b.check_mat(impl->embed, 0, H);
+  impl->final_norm = b.req_vec("model.norm.weight", H);
+  if (auto lm = b.opt("lm_head.weight")) {
+    impl->lm_head = *lm;
+    b.check_mat(impl->lm_head, 0, H);
+  } else if (a.tie_word_embeddings) {
+    impl->lm_head = impl->embed;
+  } else {
+    b.missing.push_back("lm_head.weight (tie_word_embeddings is false)");
+  }
+
+  const bool any_sliding_tag = std::any_of(a.layer_types.begin(), a.layer_types.end(),
+                                           [](auto t) { return t == cmf::LayerType::SlidingAttention; });
+  impl->layers.resize(a.num_layers);
+  for (uint32_t l = 0; l < a.num_layers; ++l) {
+    Layer& L = impl->layers[l];
+    const auto lt = a.layer_types[l];
+    if (lt != cmf::LayerType::FullAttention && lt != cmf::LayerType::SlidingAttention)
+      fail(ErrorKind::Unsupported, "layer {}: layer type {} is not supported by this runtime", l,
+           cmf::layer_type_name(lt));
+    L.n_heads = a.attention_heads_per_layer ? (*a.attention_heads_per_layer)[l] : a.num_attention_heads;
+    if (L.n_heads == 0 || L.n_heads % nkv != 0)
+      fail(ErrorKind::Parse, "layer {}: {} attention heads not divisible by num_kv_heads {}", l, L.n_heads,
+           nkv);
+    L.sliding = lt == cmf::LayerType::SlidingAttention;
+    if (!any_sliding_tag && a.sliding_window_pattern && *a.sliding_window_pattern > 0)
+      L.sliding = (l + 1) % *a.sliding_window_pattern != 0;
+    if (L.sliding && !a.sliding_window)
+      fail(ErrorKind::Parse, "layer {} is SlidingAttention but arch.sliding_window is absent", l);
+    L.rope = (L.sliding && a.rope_local_base_freq) ? 1 : 0;
+
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const uint64_t qd = L.n_heads * hd, kd = nkv * hd;
+    L.input_norm = b.req_vec(p + "input_layernorm.weight", H);
+    L.post_attn_norm = b.req_vec(p + "post_attention_layernorm.weight", H);
+    L.pre_ffn_norm = b.opt_vec(p + "pre_feedforward_layernorm.weight", H);
+    L.sandwich = !L.pre_ffn_norm.empty();
+    if (L.sandwich) L.post_ffn_norm = b.req_vec(p + "post_feedforward_layernorm.weight", H);
+
+    L.q = b.req(p + "self_attn.q_proj.weight");
+    L.k = b.req(p + "self_attn.k_proj.weight");
+    L.v = b.req(p + "self_attn.v_proj.weight");
+    L.o = b.req(p + "self_attn.o_proj.weight");
+    if (!L.q.shape.empty()) {
+      L.out_gate = L.q.rows() == 2 * qd;
+      b.check_mat(L.q, L.out_gate ? 2 * qd : qd, H);
+    }
+    b.check_mat(L.k, kd, H);
+    b.check_mat(L.v, kd, H);
+    b.check_mat(L.o, H, qd);
+    if (b.opt(p + "self_attn.q_proj.bias") || b.opt(p + "self_attn.k_proj.bias") ||
+        b.opt(p + "self_attn.v_proj.bias")) {
+      L.q_bias = b.req_vec(p + "self_attn.q_proj.bias", L.out_gate ? 2 * qd : qd);
+      L.k_bias = b.req_vec(p + "self_attn.k_proj.bias", kd);
+      L.v_bias = b.req_vec(p + "self_attn.v_proj.bias", kd);
+    }
+    L.q_norm = b.opt_vec(p + "self_attn.q_norm.weight", hd);
+    L.k_norm = b.opt_vec(p + "self_attn.k_norm.weight", hd);
+
+    if (auto router = b.opt(p + "mlp.gate.weight")) {
+      if (!a.moe) fail(ErrorKind::Parse, "tensor '{}' present but arch.moe is absent", router->name);
+      L.is_moe = true;
+      L.moe.router = *router;
+      b.check_mat(L.moe.router, 0, H);
+      for (uint32_t e = 0;; ++e) {
+        const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+        if (!b.opt(ep + "gate_proj.weight")) break;
+        L.moe.experts.push_back(b.ffn(ep, H));
+      }
+      if (L.moe.experts.empty()) b.missing.push_back(p + "mlp.experts.0.gate_proj.weight");
+      if (L.moe.router.rows() != L.moe.experts.size())
+        fail(ErrorKind::Parse, "tensor '{}': {} router rows but {} experts present", L.moe.router.name,
+             L.moe.router.rows(), L.moe.experts.size());
+      if (b.opt(p + "mlp.shared_expert.gate_proj.weight")) {
+        L.moe.shared = b.ffn(p + "mlp.shared_expert.", H);
+        L.moe.shared_gate = b.opt_vec(p + "mlp.shared_expert_gate.weight", H);
+      }
+    } else {
+      L.ffn = b.ffn(p + "mlp.", H);
+    }
+  }
+  if (!b.missing.empty()) {
+    std::string list;
+    for (const auto& m : b.missing) list += (list.empty() ? "" : ", ") + m;
+    fail(ErrorKind::Parse, "arch '{}': missing required tensor(s): {}", a.arch_name, list);
+  }
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Masks
+
+void Model::set_mask(const cmf::TaskMask* m) {
+  Impl& I = *impl_;
+  I.masked = false;
+  I.gate_alive.clear();
+  I.head_alive.clear();
+  I.ffn_alive.clear();
+  I.expert_alive.clear();
+  if (!m) return;
+  const auto& a = I.arch;
+  if (m->layer_gates.cols() != a.num_layers || m->heads.rows() != a.num_layers ||
+      m->heads.cols() != a.num_attention_heads || m->ffn.rows() < a.num_layers)
+    fail(ErrorKind::InvalidArgument, "task mask '{}': bit shapes disagree with the arch", m->name);
+  bool all_open = true;
+  I.gate_alive.assign(a.num_layers, 1);
+  I.head_alive.assign(a.num_layers, {});
+  I.ffn_alive.assign(a.num_layers, {});
+  for (uint32_t l = 0; l < a.num_layers; ++l) {
+    I.gate_alive[l] = m->gate(l);
+    all_open &= I.gate_alive[l] != 0;
+    const Layer& L = I.layers[l];
+    I.head_alive[l].assign(L.n_heads, 1);
+    for (uint32_t h = 0; h < L.n_heads && h < m->heads.cols(); ++h) {
+      I.head_alive[l][h] = m->heads.get(l, h);
+      all_open &= I.head_alive[l][h] != 0;
+    }
+    const uint32_t width = m->ffn.cols();
+    I.ffn_alive[l].assign(width, 1);
+    for (uint32_t i = 0; i < width; ++i) {
+      I.ffn_alive[l][i] = m->ffn.get(l, i);
+      all_open &= I.ffn_alive[l][i] != 0;
+    }
+  }
+  if (m->experts) {
+    if (!a.moe || m->experts->rows() != a.num_layers)
+      fail(ErrorKind::InvalidArgument, "task mask '{}': expert fields disagree with the arch", m->name);
+    I.expert_alive.assign(a.num_layers, {});
+    for (uint32_t l = 0; l < a.num_layers; ++l) {
+      I.expert_alive[l].assign(m->experts->cols(), 1);
+      for (uint32_t e = 0; e < m->experts->cols(); ++e) {
+        I.expert_alive[l][e] = m->experts->get(l, e);
+        all_open &= I.expert_alive[l][e] != 0;
+      }
+    }
+  }
+  if (all_open) {  // dropped: identical math, fast path (ENGINE-NOTES §3.11)
+    set_mask(nullptr);
+    return;
+  }
+  I.masked = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out) {
+  const size_t W = f.width, Hd = arch.hidden_size;
+  std::vector<float> g(T * W), u(T * W);
+  kernels::matmul(f.gate, x, T, g.data(), pool);
+  kernels::matmul(f.up, x, T, u.data(), pool);
+  for (size_t t = 0; t < T; ++t) {
+    float* gt = g.data() + t * W;
+    if (arch.hidden_act == cmf::HiddenAct::GeluTanh)
+      kernels::geglu(gt, u.data() + t * W, gt, W);
+    else
+      kernels::swiglu(gt, u.data() + t * W, gt, W);
+    if (alive)
+      for (size_t i = 0; i < W; ++i)
+        if (!alive[i]) gt[i] = 0.0f;
+  }
+  (void)Hd;
+  kernels::matmul(f.down, g.data(), T, out, pool);
+}
+
+void Model::Impl::moe_forward(const Layer& L, size_t li, const float* x, float* out) {
+  // spec §2.2 / ENGINE-NOTES §3.8: softmax over the routable experts (all of them unless a task
+  // mask restricts the set, spec §5), top-k by probability with ties to the lower index, optional
+  // renormalization of the kept k, shared expert weighted by sigmoid(shared_expert_gate·x).
+  const size_t E = L.moe.experts.size(), Hd = arch.hidden_size;
+  std::vector<float> logits(E);
+  kernels::matvec(L.moe.router, x, logits.data(), pool);
+  const std::vector<uint8_t>* allow = expert_alive.empty() ? nullptr : &expert_alive[li];
+  std::vector<size_t> cand;
+  for (size_t e = 0; e < E; ++e)
+    if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
+  std::fill(out, out + Hd, 0.0f);
+  if (!cand.empty()) {
+    double mx = -INFINITY;
+    for (size_t e : cand) mx = std::max(mx, static_cast<double>(logits[e]));
+    std::vector<double> p(E, 0.0);
+    double sum = 0.0;
+    for (size_t e : cand) sum += (p[e] = std::exp(static_cast<double>(logits[e]) - mx));
+    std::vector<float> pf(E, 0.0f);
+    for (size_t e : cand) pf[e] = static_cast<float>(p[e] / sum);
+    std::stable_sort(cand.begin(), cand.end(), [&](size_t i, size_t j) { return pf[i] > pf[j]; });
+    const size_t k = std::min<size_t>(arch.moe->top_k, cand.size());
+    double ksum = 0.0;
+    for (size_t i = 0; i < k; ++i) ksum += pf[cand[i]];
+    const double scaling = arch.moe->routed_scaling_factor.value_or(1.0);
+    std::vector<float> y(Hd);
+    for (size_t i = 0; i < k; ++i) {
+      const size_t e = cand[i];
+      double w = pf[e];
+      if (arch.moe->norm_topk_prob) w /= ksum;
+      const float wf = static_cast<float>(w * scaling);
+      dense_ffn(L.moe.experts[e], nullptr, x, 1, y.data());
+      for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
+    }
+  }
+  if (L.moe.shared) {
+    std::vector<float> y(Hd);
+    dense_ffn(*L.moe.shared, nullptr, x, 1, y.data());
+    float gw = 1.0f;
+    if (!L.moe.shared_gate.empty()) {
+      double s = 0.0;
+      for (size_t d = 0; d < Hd; ++d) s += static_cast<double>(L.moe.shared_gate[d]) * x[d];
+      gw = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
+    }
+    for (size_t d = 0; d < Hd; ++d) out[d] += gw * y[d];
+  }
+}
+
+void Model::Impl::ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out) {
+  const size_t Hd = arch.hidden_size;
+  if (L.is_moe) {
+    for (size_t t = 0; t < T; ++t) moe_forward(L, li, x + t * Hd, out + t * Hd);
+    return;
+  }
+  const uint8_t* alive = nullptr;
+  if (masked && !ffn_alive[li].empty()) {
+    if (ffn_alive[li].size() < L.ffn.width)
+      fail(ErrorKind::InvalidArgument, "task mask FFN rows have {} bits, layer {} has {} neurons",
+           ffn_alive[li].size(), li, L.ffn.width);
+    alive = ffn_alive[li].data();
+  }
+  dense_ffn(L.ffn, alive, x, T, out);
+}
+
+void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits, LogitsMode mode) {
+  Impl& I = *impl_;
+  const auto& a = I.arch;
+  const size_t T = tokens.size(), Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
+  const size_t V = I.lm_head.rows(), start = kv.size();
+  if (T == 0) return;
+  if (start + T > kv.capacity())
+    fail(ErrorKind::InvalidArgument, "context overflow: {} positions requested, KV capacity is {}", start + T,
+         kv.capacity());
+  const size_t need = mode == LogitsMode::All ? T * V : mode == LogitsMode::Last ? V : 0;
+  if (logits.size() < need)
+    fail(ErrorKind::InvalidArgument, "logits buffer has {} floats, {} needed", logits.size(), need);
+
+  std::vector<float> h(T * Hd), n(T * Hd), tmp(T * Hd);
+  for (size_t t = 0; t < T; ++t) {
+    if (tokens[t] >= I.embed.rows())
+      fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {}", tokens[t], I.embed.rows());
+    kernels::decode_rows(I.embed, tokens[t], 1, h.data() + t * Hd);
+    if (I.embed_mult != 1.0f)
+      for (size_t d = 0; d < Hd; ++d) h[t * Hd + d] *= I.embed_mult;
+  }
+
+  for (size_t li = 0; li < I.layers.size(); ++li) {
+    const Layer& L = I.layers[li];
+    if (I.masked && !I.gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
+    const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
+    for (size_t t = 0; t < T; ++t)
+      kernels::rmsnorm(h.data() + t * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
+                       n.data() + t * Hd);
+    std::vector<float> qraw(T * qrows), k(T * kd), v(T * kd), q(T * qd), gate;
+    kernels::matmul(L.q, n.data(), T, qraw.data(), I.pool);
+    kernels::matmul(L.k, n.data(), T, k.data(), I.pool);
+    kernels::matmul(L.v, n.data(), T, v.data(), I.pool);
+    if (L.out_gate) gate.resize(T * qd);
+    for (size_t t = 0; t < T; ++t) {
+      float* qr = qraw.data() + t * qrows;
+      if (!L.q_bias.empty()) {
+        for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
+        for (size_t i = 0; i < kd; ++i) k[t * kd + i] += L.k_bias[i];
+        for (size_t i = 0; i < kd; ++i) v[t * kd + i] += L.v_bias[i];
+      }
+      float* qt = q.data() + t * qd;
+      if (L.out_gate) {
+        for (size_t hh = 0; hh < nh; ++hh) {
+          std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
+          std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate.data() + t * qd + hh * hd);
+        }
+      } else {
+        std::copy(qr, qr + qd, qt);
+      }
+      float* kt = k.data() + t * kd;
+      if (!L.q_norm.empty())
+        for (size_t hh = 0; hh < nh; ++hh)
+          kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, I.norm_style, qt + hh * hd);
+      if (!L.k_norm.empty())
+        for (size_t hh = 0; hh < nkv; ++hh)
+          kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, I.norm_style, kt + hh * hd);
+      const auto& rt = L.rope ? I.rope_local : I.rope_global;
+      const int64_t pos = static_cast<int64_t>(start + t);
+      kernels::rope(qt, nh, hd, rt, pos);
+      kernels::rope(kt, nkv, hd, rt, pos);
+      kv.store(li, start + t, kt, v.data() + t * kd);
+    }
+    kernels::AttentionParams ap;
+    ap.n_heads = nh;
+    ap.n_kv_heads = nkv;
+    ap.head_dim = hd;
+    ap.scale = static_cast<float>(
+        1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
+    ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
+    const auto view = kv.layer_view(li);
+    const uint8_t* heads = I.masked ? I.head_alive[li].data() : nullptr;
+    std::vector<float> att(T * qd);
+    I.pool.parallel_for(T, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t) {
+        const size_t end = start + t + 1;
+        size_t begin = 0;
+        if (L.sliding && *a.sliding_window < end) begin = end - *a.sliding_window;
+        kernels::attention(q.data() + t * qd, view, begin, end, ap, heads, att.data() + t * qd);
+      }
+    });
+    if (L.out_gate)
+      for (size_t i = 0; i < T * qd; ++i)
+        att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+    kernels::matmul(L.o, att.data(), T, tmp.data(), I.pool);
+    for (size_t t = 0; t < T; ++t) {
+      float* at = tmp.data() + t * Hd;
+      if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, at);
+      float* ht = h.data() + t * Hd;
+      for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
+      kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
+                       I.norm_style, n.data() + t * Hd);
+    }
+    I.ffn_forward(L, li, n.data(), T, tmp.data());
+    for (size_t t = 0; t < T; ++t) {
+      float* ft = tmp.data() + t * Hd;
+      if (L.sandwich) kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, ft);
+      float* ht = h.data() + t * Hd;
+      for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
+    }
+  }
+  kv.set_size(start + T);
+  if (mode == LogitsMode::None) return;
+  const size_t first = mode == LogitsMode::All ? 0 : T - 1, cnt = T - first;
+  for (size_t t = 0; t < cnt; ++t)
+    kernels::rmsnorm(h.data() + (first + t) * Hd, I.final_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
+                     n.data() + t * Hd);
+  kernels::matmul(I.lm_head, n.data(), cnt, logits.data(), I.pool);
+  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
+  if (lm != 1.0f)
+    for (size_t i = 0; i < cnt * V; ++i) logits[i] *= lm;
+  if (a.final_logit_softcapping)
+    kernels::softcap(logits.data(), cnt * V, static_cast<float>(*a.final_logit_softcapping));
+}
+
+void Model::forward_batch(std::span<const SeqStep> steps) {
+  Impl& I = *impl_;
+  const auto& a = I.arch;
+  const size_t S = steps.size(), Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
+  const size_t V = I.lm_head.rows();
+  if (S == 0) return;
+  // Validate everything first: a failing batch leaves every KV cache untouched.
+  std::vector<size_t> off(S + 1, 0), start(S);
+  for (size_t s = 0; s < S; ++s) {
+    const SeqStep& st = steps[s];
+    if (!st.kv) fail(ErrorKind::InvalidArgument, "forward_batch: step {} has no KV cache", s);
+    if (st.tokens.empty()) fail(ErrorKind::InvalidArgument, "forward_batch: step {} has no tokens", s);
+    for (size_t j = 0; j < s; ++j)
+      if (steps[j].kv == st.kv)
+        fail(ErrorKind::InvalidArgument, "forward_batch: steps {} and {} share one KV cache", j, s);
+    start[s] = st.kv->size();
+    if (start[s] + st.tokens.size() > st.kv->capacity())
+      fail(ErrorKind::InvalidArgument,
+           "context overflow: {} positions requested, KV capacity is {} (step {})",
+           start[s] + st.tokens.size(), st.kv->capacity(), s);
+    if (!st.logits.empty() && st.logits.size() < V)
+      fail(ErrorKind::InvalidArgument, "logits buffer has {} floats, {} needed (step {})", st.logits.size(),
+           V, s);
+    for (uint32_t id : st.tokens)
+      if (id >= I.embed.rows())
+        fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {} (step {})", id, I.embed.rows(), s);
+    off[s + 1] = off[s] + st.tokens.size();
+  }
+  const size_t R = off[S];
+  std::vector<size_t> row_seq(R), row_pos(R);
+  for (size_t s = 0; s < S; ++s)
+    for (size_t t = 0; t < steps[s].tokens.size(); ++t) {
+      row_seq[off[s] + t] = s;
+      row_pos[off[s] + t] = start[s] + t;
+    }
+
+  std::vector<float> h(R * Hd), n(R * Hd), tmp(R * Hd);
+  for (size_t r = 0; r < R; ++r) {
+    const size_t s = row_seq[r];
+    kernels::decode_rows(I.embed, steps[s].tokens[r - off[s]], 1, h.data() + r * Hd);
+    if (I.embed_mult != 1.0f)
+      for (size_t d = 0; d < Hd; ++d) h[r * Hd + d] *= I.embed_mult;
+  }
+
+  for (size_t li = 0; li < I.layers.size(); ++li) {
+    const Layer& L = I.layers[li];
+    if (I.masked && !I.gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
+    const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
+    for (size_t r = 0; r < R; ++r)
+      kernels::rmsnorm(h.data() + r * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
+                       n.data() + r * Hd);
+    std::vector<float> qraw(R * qrows), k(R * kd), v(R * kd), q(R * qd), gate;
+    kernels::matmul(L.q, n.data(), R, qraw.data(), I.pool);
+    kernels::matmul(L.k, n.data(), R, k.data(), I.pool);
+    kernels::matmul(L.v, n.data(), R, v.data(), I.pool);
+    if (L.out_gate) gate.resize(R * qd);
+    for (size_t r = 0; r < R; ++r) {
+      float* qr = qraw.data() + r * qrows;
+      if (!L.q_bias.empty()) {
+        for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
+        for (size_t i = 0; i < kd; ++i) k[r * kd + i] += L.k_bias[i];
+        for (size_t i = 0; i < kd; ++i) v[r * kd + i] += L.v_bias[i];
+      }
+      float* qt = q.data() + r * qd;
+      if (L.out_gate) {
+        for (size_t hh = 0; hh < nh; ++hh) {
+          std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
+          std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate.data() + r * qd + hh * hd);
+        }
+      } else {
+        std::copy(qr, qr + qd, qt);
+      }
+      float* kt = k.data() + r * kd;
+      if (!L.q_norm.empty())
+        for (size_t hh = 0; hh < nh; ++hh)
+          kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, I.norm_style, qt + hh * hd);
+      if (!L.k_norm.empty())
+        for (size_t hh = 0; hh < nkv; ++hh)
+          kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, I.norm_style, kt + hh * hd);
+      const auto& rt = L.rope ? I.rope_local : I.rope_global;
+      const int64_t pos = static_cast<int64_t>(row_pos[r]);
+      kernels::rope(qt, nh, hd, rt, pos);
+      kernels::rope(kt, nkv, hd, rt, pos);
+      steps[row_seq[r]].kv->store(li, row_pos[r], kt, v.data() + r * kd);
+    }
+    kernels::AttentionParams ap;
+    ap.n_heads = nh;
+    ap.n_kv_heads = nkv;
+    ap.head_dim = hd;
+    ap.scale = static_cast<float>(
+        1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
+    ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
+    const uint8_t* heads = I.masked ? I.head_alive[li].data() : nullptr;
+    std::vector<float> att(R * qd);
+    I.pool.parallel_for(R, [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) {
+        const size_t end = row_pos[r] + 1;
+        size_t begin = 0;
+        if (L.sliding && *a.sliding_window < end) begin = end - *a.sliding_window;
+        kernels::attention(q.data() + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
+                           att.data() + r * qd);
+      }
+    });
+    if (L.out_gate)
+      for (size_t i = 0; i < R * qd; ++i)
+        att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+    kernels::matmul(L.o, att.data(), R, tmp.data(), I.pool);
+    for (size_t r = 0; r < R; ++r) {
+      float* at = tmp.data() + r * Hd;
+      if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, at);
+      float* ht = h.data() + r * Hd;
+      for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
+      kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
+                       I.norm_style, n.data() + r * Hd);
+    }
+    I.ffn_forward(L, li, n.data(), R, tmp.data());
+    for (size_t r = 0; r < R; ++r) {
+      float* ft = tmp.data() + r * Hd;
+      if (L.sandwich) kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, ft);
+      float* ht = h.data() + r * Hd;
+      for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
+    }
+  }
+  for (size_t s = 0; s < S; ++s) steps[s].kv->set_size(start[s] + steps[s].tokens.size());
+
+  // lm_head: one matmul over the last row of every sequence that wants logits.
+  std::vector<size_t> want;
+  for (size_t s = 0; s < S; ++s)
+    if (!steps[s].logits.empty()) want.push_back(s);
+  if (want.empty()) return;
+  const size_t cnt = want.size();
+  for (size_t i = 0; i < cnt; ++i)
+    kernels::rmsnorm(h.data() + (off[want[i] + 1] - 1) * Hd, I.final_norm.data(), Hd, a.rms_norm_eps,
+                     I.norm_style, n.data() + i * Hd);
+  std::vector<float> lg(cnt * V);
+  kernels::matmul(I.lm_head, n.data(), cnt, lg.data(), I.pool);
+  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
+  if (lm != 1.0f)
+    for (float& x : lg) x *= lm;
+  if (a.final_logit_softcapping)
+    kernels::softcap(lg.data(), cnt * V, static_cast<float>(*a.final_logit_softcapping));
+  for (size_t i = 0; i < cnt; ++i)
+    std::copy(lg.begin() + i * V, lg.begin() + (i + 1) * V, steps[want[i]].logits.begin());
+}
+
+}  // namespace cortiq::model

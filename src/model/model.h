@@ -1,0 +1,124 @@
+// The transformer forward pass on the CPU (ENGINE-NOTES §3.1–3.8, §3.11, §3.14; spec §2, §2.2, §5).
+//
+// Life cycle: Model::bind(arch, source) resolves every tensor by name ONCE (binding indirection:
+// see tensor_source.h), decides per layer which operators apply from tensor presence, checks every
+// matrix has a kernel, and copies only the small vectors (norm weights, biases, shared-expert
+// gate) to f32. Then forward() runs any number of positions (prefill: T > 1, decode: T = 1) into a
+// KvCache. The active task mask (set_mask) is consulted in exactly three places: the layer loop
+// (gates), attention (heads) and the FFN (neurons, routable experts).
+//
+// Supported families (layer_types FullAttention / SlidingAttention): llama, mistral, qwen2, qwen3,
+// gemma, gemma2, gemma3, phi3 (split q/k/v and gate/up), qwen2_moe, qwen3_moe. Other mixers
+// (LinearAttention, ShortConv, Kda, MLA, g3n, num_loops > 1) are refused at bind with
+// Error(Unsupported).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cmf/header.h"
+#include "cmf/masks.h"
+#include "kernels/kernels.h"
+#include "model/tensor_source.h"
+
+namespace cortiq::model {
+
+/// Bind-time options.
+struct ModelOptions {
+  size_t threads = 1;  ///< kernel thread pool size (0 = hardware concurrency)
+};
+
+/// Per-sequence key/value storage, head-major per layer: [n_kv_heads][capacity][head_dim]
+/// (ENGINE-NOTES §3.14). `size()` = positions already stored (the next position to run).
+class KvCache {
+ public:
+  /// Allocates `capacity` positions for every layer of `arch` (f16 = IEEE RNE storage).
+  KvCache(const cmf::ModelArch& arch, size_t capacity, bool f16 = false);
+  size_t capacity() const noexcept { return capacity_; }
+  size_t size() const noexcept { return size_; }
+  bool is_f16() const noexcept { return f16_; }
+  /// Forgets positions >= n (n <= size()); used to reuse a shared prompt prefix.
+  void truncate(size_t n);
+  /// Bytes allocated.
+  size_t bytes() const noexcept;
+
+  // Internal to Model.
+  kernels::KvLayerView layer_view(size_t layer) const;
+  void store(size_t layer, size_t pos, const float* k, const float* v);
+  void set_size(size_t n) { size_ = n; }
+
+ private:
+  size_t capacity_ = 0, size_ = 0, n_layers_ = 0;
+  bool f16_ = false;
+  std::vector<size_t> kv_dim_;  // n_kv_heads per layer
+  size_t head_dim_ = 0;
+  std::vector<std::vector<float>> k32_, v32_;
+  std::vector<std::vector<uint16_t>> k16_, v16_;
+};
+
+/// Which logits forward() produces.
+enum class LogitsMode { Last, All, None };
+
+/// One sequence's share of a Model::forward_batch call: run `tokens` (T >= 1; 1 for decode, more
+/// for a prefill or prefill chunk) at positions kv->size() .. kv->size()+T−1 of its own KV cache,
+/// and write the LAST position's logits [vocab] into `logits` (an empty span = no logits, e.g. a
+/// prefill chunk that is not the prompt's last). `kv` must be non-null and distinct per step.
+struct SeqStep {
+  std::span<const uint32_t> tokens;
+  KvCache* kv = nullptr;
+  std::span<float> logits;
+};
+
+class Model {
+ public:
+  /// Binds `arch` to the tensors of `source` (kept by reference: must outlive the model).
+  /// Throws Error(Unsupported) for a layer type / feature this runtime does not execute or a
+  /// dtype without a kernel (naming the tensor), Error(Parse) naming every missing required tensor
+  /// or a tensor with an inconsistent shape.
+  static std::unique_ptr<Model> bind(const cmf::ModelArch& arch, const TensorSource& source,
+                                     const ModelOptions& opt = {});
+  ~Model();
+
+  const cmf::ModelArch& arch() const noexcept;
+  uint32_t vocab_size() const noexcept;
+
+  /// Runs tokens (positions kv.size() .. kv.size()+T−1), appends their K/V, advances kv.size().
+  /// logits: [vocab] (Last), [T, vocab] (All) or empty (None). Throws Error(InvalidArgument) when
+  /// the cache would overflow or a token id is >= the embedding rows.
+  void forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits,
+               LogitsMode mode = LogitsMode::Last);
+
+  /// Continuous batching: runs every step in ONE pass over the weights — each linear layer
+  /// (q/k/v/o projections, MLP gate/up/down, lm_head) is a single kernels::matmul over the stacked
+  /// rows of all sequences [Σ T_i, cols]; RoPE, the KV append and attention run per sequence at its
+  /// own positions against its own cache; MoE layers route per token as in forward(). The result
+  /// for each sequence is bit-identical to forward(step.tokens, *step.kv, step.logits, Last)
+  /// (kernels::matmul is bit-identical to n matvecs). The active task mask (set_mask) applies to
+  /// every step of the batch: callers with per-request masks group steps by mask and call
+  /// set_mask between groups (server::BatchedBackend does). All steps are validated before any
+  /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
+  /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
+  /// that is non-empty but shorter than vocab.
+  void forward_batch(std::span<const SeqStep> steps);
+
+  /// Activates a task mask (copied), or none (nullptr). A mask with every bit open is dropped
+  /// (ENGINE-NOTES §3.11) — the result is identical either way. Throws Error(InvalidArgument)
+  /// when the mask's shapes disagree with the arch.
+  void set_mask(const cmf::TaskMask* mask);
+  /// Whether a (non-trivial) mask is active.
+  bool has_mask() const noexcept;
+  /// Thread pool used by the kernels.
+  kernels::ThreadPool& pool() noexcept;
+
+  struct Impl;
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cortiq::model

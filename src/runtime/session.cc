@@ -1,0 +1,214 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/jinja/jinja.h"
+#include "util/error.h"
+
+namespace cortiq::runtime {
+
+std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
+  if (!tokenizer)
+    fail(ErrorKind::Unsupported,
+         "this model file has no tokenizer (vocab section) and no sidecar tokenizer.json");
+  std::vector<uint32_t> ids = tokenizer->encode(text, false);
+  if (add_bos && bos_id && (ids.empty() || ids.front() != *bos_id)) ids.insert(ids.begin(), *bos_id);
+  return ids;
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
+  kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
+  LoadedModel lm;
+  lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path));
+  const cmf::Reader& r = *lm.reader;
+  if (r.is_skill_file())
+    fail(ErrorKind::Unsupported,
+         "'{}' is a skill file (SKILL_FILE): it holds only a skill's tensors and cannot run on its own; "
+         "attach it to its base model with `cortiq skill apply`",
+         path);
+  const auto& arch = r.header().arch;
+  lm.source = std::make_unique<model::CmfTensorSource>(r);
+  lm.model = model::Model::bind(arch, *lm.source, model::ModelOptions{opt.threads});
+
+  // Tokenizer: embedded vocab section, else a sidecar tokenizer.json next to the file.
+  const auto vocab = r.vocab();
+  if (!vocab.empty()) {
+    lm.tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size())));
+  } else {
+    const auto side = std::filesystem::path(path).parent_path() / "tokenizer.json";
+    if (std::filesystem::exists(side))
+      lm.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(side.string()));
+  }
+  if (r.header().tokenizer_config) lm.bundle = *r.header().tokenizer_config;
+  lm.eos_ids = lm.bundle.eos_token_ids;
+  if (lm.tokenizer) {
+    // Chat-end specials the reference also treats as EOS (FORMAT-NOTES decision 13 note).
+    for (const char* s : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"})
+      if (auto id = lm.tokenizer->token_to_id(s); id && lm.tokenizer->is_special(*id))
+        lm.eos_ids.push_back(*id);
+    if (lm.eos_ids.empty())
+      for (const char* s : {"</s>", "<|endoftext|>", "[EOS]"})
+        if (auto id = lm.tokenizer->token_to_id(s)) lm.eos_ids.push_back(*id);
+  }
+  lm.bos_id = lm.bundle.bos_token_id;
+  if (lm.tokenizer && !lm.tokenizer->prefix_special_ids().empty()) {
+    lm.add_bos = true;
+    if (!lm.bos_id) lm.bos_id = lm.tokenizer->prefix_special_ids().front();
+  }
+  if (arch.arch_name.find("gemma") != std::string::npos && lm.bos_id) lm.add_bos = true;
+
+  const uint64_t maxpos = arch.max_position_embeddings ? arch.max_position_embeddings : 4096;
+  lm.ctx =
+      static_cast<size_t>(opt.ctx ? std::min<uint64_t>(opt.ctx, maxpos) : std::min<uint64_t>(maxpos, 4096));
+  lm.kv_f16 = opt.kv_f16;
+
+  // Task mask (spec §5, CLI-NOTES run): default = the catalog's fallback mask; "off" = none.
+  const cmf::MaskCatalog* cat = r.masks();
+  if (opt.task == "off") {
+    lm.active_task = "off";
+  } else if (cat && !cat->masks.empty()) {
+    const cmf::TaskMask* m = nullptr;
+    if (opt.task.empty()) {
+      for (const auto& x : cat->masks)
+        if (x.priority == cmf::MaskPriority::Fallback) {
+          m = &x;
+          break;
+        }
+      if (!m) m = &cat->masks.front();
+    } else {
+      m = cat->find(opt.task);
+    }
+    if (!m) {
+      std::string names;
+      for (const auto& x : cat->masks) names += (names.empty() ? "" : ", ") + x.name;
+      fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off')", opt.task, names);
+    }
+    lm.model->set_mask(m);
+    lm.active_task = m->name;
+    lm.sparsity = m->sparsity;
+  } else if (!opt.task.empty() && opt.task != "general") {
+    fail(ErrorKind::InvalidArgument,
+         "unknown task '{}': this file has no task masks (available: general, off)", opt.task);
+  }
+  return lm;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Session::Session(LoadedModel& lm) : lm_(&lm), kv_(lm.model->arch(), lm.ctx, lm.kv_f16) {}
+
+void Session::reset() {
+  kv_.truncate(0);
+  history_.clear();
+}
+
+namespace {
+// Largest n' <= n such that s[0..n') does not end inside a UTF-8 sequence.
+size_t utf8_safe_prefix(const std::string& s, size_t n) {
+  size_t i = n;
+  while (i > 0 && i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+}  // namespace
+
+GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const GenerateParams& gp,
+                                 const std::function<void(std::string_view)>& on_text) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  if (prompt.empty()) fail(ErrorKind::InvalidArgument, "empty prompt");
+  if (prompt.size() >= kv_.capacity())
+    fail(ErrorKind::InvalidArgument,
+         "the prompt is {} tokens but the context is {} (raise --ctx or shorten it)", prompt.size(),
+         kv_.capacity());
+  GenerateResult res;
+  res.prompt_tokens = prompt.size();
+  // Reuse the shared prefix of the KV cache (ENGINE-NOTES §3.14); at least one token must run.
+  size_t p = 0;
+  while (p < history_.size() && p < prompt.size() && history_[p] == prompt[p]) ++p;
+  if (p == prompt.size()) --p;
+  kv_.truncate(std::min(p, kv_.size()));
+  history_.resize(kv_.size());
+  res.reused_tokens = kv_.size();
+  const size_t V = lm_->model->vocab_size();
+  std::vector<float> logits(V);
+  std::span<const uint32_t> rest(prompt.data() + kv_.size(), prompt.size() - kv_.size());
+  lm_->model->forward(rest, kv_, logits);
+  history_.insert(history_.end(), rest.begin(), rest.end());
+
+  Sampler sampler(gp.sampler);
+  std::vector<uint32_t> seen = prompt;
+  std::optional<IncrementalDecoder> dec;
+  if (lm_->tokenizer) dec.emplace(*lm_->tokenizer, true);
+  std::string full;
+  size_t emitted = 0, max_stop = 0;
+  for (const auto& s : gp.stop_strings) max_stop = std::max(max_stop, s.size());
+  auto emit_upto = [&](size_t n) {
+    if (n > emitted) {
+      if (on_text) on_text(std::string_view(full).substr(emitted, n - emitted));
+      emitted = n;
+    }
+  };
+  res.finish = "max_tokens";
+  bool stopped = false;
+  for (size_t i = 0; i < gp.max_tokens; ++i) {
+    const uint32_t next = sampler.sample(logits, seen);
+    if (i == 0) res.ttft_s = std::chrono::duration<double>(clock::now() - t0).count();
+    res.ids.push_back(next);
+    seen.push_back(next);
+    if (std::find(lm_->eos_ids.begin(), lm_->eos_ids.end(), next) != lm_->eos_ids.end()) {
+      res.finish = "stop";
+      stopped = true;
+      break;
+    }
+    if (dec) {
+      full += dec->push(next);
+      size_t cut = std::string::npos;
+      for (const auto& s : gp.stop_strings)
+        if (!s.empty()) cut = std::min(cut, full.find(s));
+      if (cut != std::string::npos) {
+        full.resize(cut);
+        emit_upto(cut);
+        res.finish = "stop";
+        stopped = true;
+        break;
+      }
+      const size_t safe = full.size() >= max_stop ? full.size() - (max_stop ? max_stop - 1 : 0) : 0;
+      emit_upto(utf8_safe_prefix(full, safe));
+    }
+    if (i + 1 == gp.max_tokens) break;
+    if (kv_.size() >= kv_.capacity()) {
+      res.finish = "length";
+      break;
+    }
+    lm_->model->forward(std::span<const uint32_t>(&next, 1), kv_, logits);
+    history_.push_back(next);
+  }
+  if (dec && !stopped) full += dec->flush();
+  emit_upto(full.size());
+  res.text = full;
+  res.total_s = std::chrono::duration<double>(clock::now() - t0).count();
+  return res;
+}
+
+std::string render_chat(const LoadedModel& lm, const std::vector<ChatMessage>& messages, bool no_think) {
+  if (!lm.bundle.chat_template || lm.bundle.chat_template->empty())
+    fail(ErrorKind::InvalidArgument, "this model has no chat template (use --raw)");
+  jinja::Template tpl(*lm.bundle.chat_template);
+  nlohmann::ordered_json ctx;
+  ctx["messages"] = nlohmann::ordered_json::array();
+  for (const auto& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  ctx["add_generation_prompt"] = true;
+  if (lm.tokenizer) {
+    if (lm.bos_id) ctx["bos_token"] = lm.tokenizer->id_to_token(*lm.bos_id);
+    if (!lm.bundle.eos_token_ids.empty())
+      ctx["eos_token"] = lm.tokenizer->id_to_token(lm.bundle.eos_token_ids[0]);
+  }
+  if (no_think) ctx["enable_thinking"] = false;
+  return tpl.render(ctx);
+}
+
+}  // namespace cortiq::runtime

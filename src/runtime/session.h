@@ -1,0 +1,102 @@
+// Loading a .cmf for inference and running generation (ENGINE-NOTES §3.1, §3.13, §3.14).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cmf/reader.h"
+#include "model/cmf_source.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cortiq::runtime {
+
+/// Load options (`cortiq run/ppl` flags).
+struct LoadOptions {
+  size_t threads = 1;   ///< kernel threads (0 = all cores)
+  size_t ctx = 0;       ///< KV capacity cap in tokens; 0 = min(max_position_embeddings, 4096)
+  bool kv_f16 = false;  ///< f16 KV cache (default f32)
+  std::string task;     ///< task mask name; "" = the catalog's fallback; "off" = none
+  /// `--exact`: f32 activations in every matvec (kernels::MatmulMode::Exact); otherwise int8
+  /// activations where a SIMD kernel has them (Fast). Process-wide: load_model sets the mode.
+  bool exact = false;
+};
+
+/// A runnable model: the mapped file, its bound model, tokenizer and chat bundle.
+struct LoadedModel {
+  std::unique_ptr<cmf::Reader> reader;
+  std::unique_ptr<model::CmfTensorSource> source;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;  ///< null when the file has no vocab section (ids only)
+  cmf::TokenizerBundle bundle;           ///< eos ids, bos, chat template
+  std::string active_task = "general";   ///< name shown in the Ready line
+  double sparsity = 0.0;                 ///< active mask's sparsity (0..1)
+  size_t ctx = 0;                        ///< KV capacity
+  bool kv_f16 = false;
+  std::vector<uint32_t> eos_ids;  ///< bundle eos ids (+ tokenizer EOS-like specials)
+  std::optional<uint32_t> bos_id;
+  bool add_bos = false;  ///< prepend BOS to raw prompts
+
+  /// Raw prompt → ids (BOS added when add_bos).
+  std::vector<uint32_t> encode_raw(std::string_view text) const;
+};
+
+/// Opens, validates and binds. Refuses a SKILL_FILE (Error(Unsupported) naming `cortiq skill
+/// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks; a file
+/// without a vocab section but with a sidecar tokenizer.json next to it uses the sidecar.
+LoadedModel load_model(const std::string& path, const LoadOptions& opt);
+
+/// Why generation ended: "stop" (EOS id or stop string), "max_tokens", "length" (context full),
+/// "cancelled".
+struct GenerateResult {
+  std::vector<uint32_t> ids;  ///< generated ids (EOS included when it ended the run)
+  std::string text;           ///< decoded generated text (special tokens skipped, stop string cut)
+  std::string finish;
+  size_t prompt_tokens = 0, reused_tokens = 0;
+  double ttft_s = 0.0, total_s = 0.0;
+};
+
+/// Generation settings.
+struct GenerateParams {
+  size_t max_tokens = 256;
+  SamplerParams sampler;
+  std::vector<std::string> stop_strings;
+};
+
+/// One conversation / sequence over a LoadedModel. Keeps the KV cache across calls: a new prompt
+/// that extends the previous history (prompt + generated ids) reuses the shared prefix.
+class Session {
+ public:
+  explicit Session(LoadedModel& lm);
+  /// Runs prompt ids then decodes. `on_text` receives streamed text pieces (never a piece of a
+  /// stop string, never special tokens). Throws Error(InvalidArgument) for an empty prompt or a
+  /// prompt that does not fit the context (prompt_tokens >= ctx).
+  GenerateResult generate(const std::vector<uint32_t>& prompt, const GenerateParams& gp,
+                          const std::function<void(std::string_view)>& on_text = {});
+  /// Ids currently in the KV cache (prompt + generated so far).
+  const std::vector<uint32_t>& history() const noexcept { return history_; }
+  void reset();
+
+ private:
+  LoadedModel* lm_;
+  model::KvCache kv_;
+  std::vector<uint32_t> history_;
+};
+
+/// A chat message.
+struct ChatMessage {
+  std::string role, content;
+};
+
+/// Renders `messages` with the file's chat template (transformers apply_chat_template variables:
+/// messages, add_generation_prompt=true, bos_token, eos_token, enable_thinking when `no_think`).
+/// Throws Error(InvalidArgument) when the file has no template.
+std::string render_chat(const LoadedModel& lm, const std::vector<ChatMessage>& messages, bool no_think);
+
+}  // namespace cortiq::runtime
