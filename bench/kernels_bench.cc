@@ -1,0 +1,197 @@
+// Google Benchmark of the matvec/matmul kernels (issue 6): every dtype × real Qwen2.5-0.5B shapes
+// (896×4864, 4864×896, 151936×896) × {reference, SIMD exact, SIMD int8} × {1, 2} threads, reporting
+// weight bytes read per second (bytes_per_second = payload bytes × calls / s), plus a plain
+// streaming memory read (same threads) as the roofline, and a few batched-prefill (matmul) runs.
+//
+// Payloads are random bytes of the exact payload size (random f32/f16/bf16 values for the float
+// dtypes), which is valid for timing: every fixed-size layout accepts any bytes.
+//   ./kernels_bench --benchmark_filter=q4tp      (run a subset)
+#include <benchmark/benchmark.h>
+// GCC 12 false positive on its own _mm512_undefined_* placeholders (see simd_matvec.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/simd_matvec.h"
+#include "quant/dtype.h"
+#include "util/half.h"
+
+namespace {
+
+using cortiq::kernels::ThreadPool;
+using cortiq::kernels::WeightView;
+using cortiq::quant::DType;
+
+ThreadPool& pool_of(size_t threads) {
+  static ThreadPool p1(1), p2(2);
+  return threads == 1 ? p1 : p2;
+}
+
+/// One tensor at a time (the 151936×896 f32 payload alone is 545 MB).
+struct Tensor {
+  DType t{};
+  uint64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
+  static Tensor cur;
+  if (cur.t == t && cur.rows == rows && cur.cols == cols && !cur.bytes.empty()) return cur;
+  cur.bytes.clear();
+  cur.bytes.shrink_to_fit();
+  std::vector<uint64_t> shape{rows, cols};
+  const uint64_t n = *cortiq::quant::expected_nbytes(t, shape);
+  cur.bytes.resize(n);
+  std::mt19937_64 g(42 + static_cast<int>(t));
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    const uint64_t el = rows * cols;
+    for (uint64_t i = 0; i < el; ++i) {
+      const float v = nd(g);
+      if (t == DType::F32)
+        std::memcpy(cur.bytes.data() + 4 * i, &v, 4);
+      else
+        cortiq::store_le<uint16_t>(cur.bytes.data() + 2 * i,
+                                   t == DType::F16 ? cortiq::f32_to_f16(v) : cortiq::f32_to_bf16(v));
+    }
+  } else {
+    for (uint64_t i = 0; i + 8 <= n; i += 8) {
+      const uint64_t r = g();
+      std::memcpy(cur.bytes.data() + i, &r, 8);
+    }
+  }
+  cur.t = t;
+  cur.rows = rows;
+  cur.cols = cols;
+  cur.view = WeightView{t, shape, cur.bytes, "bench"};
+  return cur;
+}
+
+enum class Path { Ref, Exact, Int8 };
+
+void BM_matvec(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, Path path, size_t threads) {
+  Tensor& w = tensor(t, rows, cols);
+  std::vector<float> x(cols), y(rows);
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : st) {
+    if (path == Path::Ref)
+      cortiq::kernels::matvec_rows_ref(w.view, 0, rows, x.data(), y.data(), pool);
+    else
+      cortiq::kernels::matvec_rows_simd(w.view, 0, rows, x.data(), y.data(), pool, path == Path::Exact);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  // one token per call (same counter set in every benchmark keeps --benchmark_format=csv valid)
+  st.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
+}
+
+void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, bool exact,
+               size_t threads) {
+  Tensor& w = tensor(t, rows, cols);
+  std::vector<float> x(n * cols), y(n * rows);
+  std::mt19937 g(2);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : st) {
+    cortiq::kernels::matmul_simd(w.view, x.data(), n, y.data(), pool, exact);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations() * n), benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
+}
+
+__attribute__((target("avx512f"))) float sum_bytes(const uint8_t* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 256 <= n; i += 256) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 64));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 128));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 192));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/// Plain streaming read of a 512 MB buffer split over the pool: the memory-bandwidth roofline.
+void BM_memread(benchmark::State& st, size_t threads) {
+  static std::vector<uint8_t> buf = [] {
+    std::vector<uint8_t> b(size_t{512} << 20);
+    for (size_t i = 0; i < b.size(); i += 4096) b[i] = static_cast<uint8_t>(i >> 12);
+    return b;
+  }();
+  ThreadPool& pool = pool_of(threads);
+  const size_t chunk = size_t{1} << 20;
+  for (auto _ : st) {
+    std::vector<float> part(buf.size() / chunk);
+    pool.parallel_for(part.size(), [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) part[i] = sum_bytes(buf.data() + i * chunk, chunk);
+    });
+    benchmark::DoNotOptimize(part.data());
+  }
+  st.counters["tok/s"] = benchmark::Counter(0.0);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(buf.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr DType kTypes[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8Row, DType::Q8_2F,
+                              DType::Q4Block, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,  DType::Q1};
+  struct Shape {
+    uint64_t rows, cols;
+  };
+  constexpr Shape kShapes[] = {{896, 4864}, {4864, 896}, {151936, 896}};
+  for (size_t th : {1, 2})
+    benchmark::RegisterBenchmark(("memread/threads:" + std::to_string(th)).c_str(), BM_memread, th)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const auto& sh : kShapes)
+    for (DType t : kTypes)
+      for (Path p : {Path::Ref, Path::Exact, Path::Int8}) {
+        if (p != Path::Ref && !cortiq::kernels::simd_supported(t)) continue;
+        const bool floatw = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+        if (p == Path::Int8 && floatw) continue;  // same as exact
+        for (size_t th : {1, 2}) {
+          const std::string name = "matvec/" + std::string(cortiq::quant::dtype_name(t)) + "/" +
+                                   std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + "/" +
+                                   (p == Path::Ref     ? "ref"
+                                    : p == Path::Exact ? "exact"
+                                                       : "int8") +
+                                   "/threads:" + std::to_string(th);
+          auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matvec, t, sh.rows, sh.cols, p, th);
+          b->UseRealTime()->Unit(benchmark::kMicrosecond);
+          if (p == Path::Ref) b->MinTime(0.05);
+        }
+      }
+  for (DType t : {DType::F16, DType::Q8Row, DType::Q4Tiled, DType::Q4TP})
+    for (bool exact : {true, false})
+      for (size_t th : {1, 2}) {
+        if (!cortiq::kernels::simd_supported(t)) continue;
+        const std::string name = "matmul_n64/" + std::string(cortiq::quant::dtype_name(t)) + "/4864x896/" +
+                                 (exact ? "exact" : "int8") + "/threads:" + std::to_string(th);
+        benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, 4864, 896, 64, exact, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

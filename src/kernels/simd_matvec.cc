@@ -1,0 +1,718 @@
+// AVX-512 / VNNI matvec and batched matmul over the CMF codecs (contracts in simd_matvec.h; payload
+// layouts FORMAT-NOTES §1.8, quant/codec.h, quant/layout.h).
+//
+// Every function that uses AVX-512 intrinsics carries CQ_AVX512 (a `target` attribute) and is only
+// reached after simd_cpu_ok() checked the CPU with __builtin_cpu_supports.
+#include "kernels/simd_matvec.h"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
+// uninitialized (a known false positive); silence that for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "quant/codec.h"
+#include "quant/layout.h"
+#include "util/error.h"
+#include "util/half.h"
+
+#define CQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+namespace cortiq::kernels {
+
+using quant::DType;
+
+bool simd_cpu_ok() noexcept {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+bool simd_supported(DType t) noexcept {
+  if (!simd_cpu_ok()) return false;
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8Row:
+    case DType::Q8_2F:
+    case DType::Q4Block:
+    case DType::Q4Tiled:
+    case DType::Q4TP:
+    case DType::Q2TP:
+    case DType::Q1:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+constexpr uint64_t kRowBlock = 16;  // rows per parallel work unit (and per ladder batch)
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization (int8 path)
+
+/// Layout families of the quantized activation; each matches one weight-code arrangement so the
+/// inner loop is a plain vpdpbusd over 64 bytes. `sb` columns per superblock, 16 int32/f32 lanes
+/// per superblock with `16/(sb/32)` lanes per 32-block; each lane carries the integer bias −K·Σq that undoes
+/// the unsigned weight offset.
+enum class Fam : uint8_t {
+  Q8,   // natural order, 64 cols (2 blocks); weights s8 xor 0x80 → u8 = w + 128, K = 128
+  Q1,   // natural order, 64 cols; u8 = 2·bit, w = 2·bit − 1, K = 1
+  NIB,  // 128 cols (4 blocks): [evens of b0..b3 | odds of b0..b3]; u8 = nibble, K = 8
+  Q2,   // 256 cols (8 blocks): plane j = elements 4k+j of each block; u8 = 2·code, K = 3, d·0.5
+};
+
+constexpr uint64_t fam_sb(Fam f) {
+  return f == Fam::NIB ? 128 : f == Fam::Q2 ? 256 : 64;
+}
+constexpr int32_t fam_k(Fam f) {
+  return f == Fam::Q8 ? 128 : f == Fam::Q1 ? 1 : f == Fam::NIB ? 8 : 3;
+}
+
+/// One quantized activation vector (pointers into scratch).
+struct QAct {
+  const int8_t* xq;
+  const float* d;
+  const int32_t* bias;
+};
+
+/// Sizes of one quantized activation for `cols` columns.
+struct QActSize {
+  uint64_t nsb, xq_bytes, lanes;
+};
+QActSize qact_size(Fam f, uint64_t cols) {
+  const uint64_t sb = fam_sb(f), nsb = (cols + sb - 1) / sb;
+  return {nsb, nsb * sb, nsb * 16};
+}
+
+inline __mmask16 mask16(uint64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
+inline __mmask64 mask64(uint64_t n) {
+  return n >= 64 ? ~__mmask64(0) : ((__mmask64(1) << n) - 1);
+}
+
+/// Quantizes x[cols] (times col[c] when col != nullptr) into the family layout.
+CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
+                            int32_t* bias) {
+  const QActSize sz = qact_size(f, cols);
+  const uint64_t bps = fam_sb(f) / 32, lanes = 16 / bps;
+  const int32_t K = fam_k(f);
+  const float dmul = f == Fam::Q2 ? 0.5f : 1.0f;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i q2a = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i q2b = _mm512_add_epi32(q2a, _mm512_set1_epi32(2));
+  for (uint64_t s = 0; s < sz.nsb; ++s) {
+    for (uint64_t j = 0; j < bps; ++j) {
+      const uint64_t c0 = (s * bps + j) * 32;
+      const uint64_t n = c0 < cols ? std::min<uint64_t>(32, cols - c0) : 0;
+      const __mmask16 m0 = mask16(n), m1 = n > 16 ? mask16(n - 16) : __mmask16(0);
+      __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0), v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+      if (col) {
+        v0 = _mm512_mul_ps(v0, _mm512_maskz_loadu_ps(m0, col + c0));
+        v1 = _mm512_mul_ps(v1, _mm512_maskz_loadu_ps(m1, col + c0 + 16));
+      }
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+      switch (f) {
+        case Fam::Q8:
+        case Fam::Q1:
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0), _mm512_cvtsepi32_epi8(q0));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0 + 16), _mm512_cvtsepi32_epi8(q1));
+          break;
+        case Fam::NIB: {
+          int8_t* base = xq + s * 128 + 16 * j;
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(base),
+                           _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, even, q1)));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(base + 64),
+                           _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, odd, q1)));
+          break;
+        }
+        case Fam::Q2: {
+          int8_t* base = xq + s * 256 + 8 * j;
+          const __m128i a = _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, q2a, q1));
+          const __m128i b = _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, q2b, q1));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(base), a);
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 64), _mm_unpackhi_epi64(a, a));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 128), b);
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 192), _mm_unpackhi_epi64(b, b));
+          break;
+        }
+      }
+      for (uint64_t l = 0; l < lanes; ++l) d[s * 16 + j * lanes + l] = (amax / 127.0f) * dmul;
+    }
+    // Per-lane bias −K·Σ(the q that vpdpbusd folds into that lane), so every int32 lane is exactly
+    // Σ w·q over its own products (no cancellation between lanes in the f32 sum).
+    __m512i acc = _mm512_setzero_si512();
+    for (uint64_t k = 0; k < fam_sb(f) / 64; ++k)
+      acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), _mm512_loadu_si512(xq + s * fam_sb(f) + 64 * k));
+    _mm512_storeu_si512(bias + 16 * s, _mm512_mullo_epi32(acc, _mm512_set1_epi32(-K)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan: the parsed tensor and per-call shared state
+
+struct Plan {
+  DType t = DType::F32;
+  uint64_t rows = 0, cols = 0, gpr = 0;
+  const uint8_t* p = nullptr;
+  const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
+  const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
+  quant::TpView tp;
+  Fam fam = Fam::Q8;
+  bool int8 = false;  // int8 path in use
+};
+
+/// exp2f of every f16 value (the q4tp/q2tp ladder bases), built once; bit-identical to
+/// std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes it.
+const float* exp2_f16_table() {
+  static const std::vector<float> t = [] {
+    std::vector<float> v(65536);
+    for (uint32_t h = 0; h < 65536; ++h) v[h] = std::exp2f(f16_to_f32(static_cast<uint16_t>(h)));
+    return v;
+  }();
+  return t.data();
+}
+
+/// Per-thread state of a block of ≤ kRowBlock rows.
+struct BlockState {
+  float lad[kRowBlock][32];
+  std::vector<uint8_t> codes;  // kRowBlock × (code_row_bytes + 8), zero padded
+  uint64_t code_stride = 0;
+  std::vector<float> rowbuf;  // decoded rows (exact path)
+};
+BlockState& block_state() {
+  thread_local BlockState s;
+  return s;
+}
+
+/// Ladders and padded code rows of rows [r0, r0+n) (q4tp/q2tp), as quant::q4tp_ladder /
+/// q2tp_ladder compute them: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32.
+void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) {
+  const float* e2 = exp2_f16_table();
+  const bool q2 = pl.t == DType::Q2TP;
+  float ratio[kRowBlock], cur[kRowBlock];
+  for (uint64_t i = 0; i < n; ++i) {
+    cur[i] = e2[pl.tp.lo_f16(r0 + i)];
+    ratio[i] = e2[pl.tp.step_f16(r0 + i)];
+    if (q2) {
+      st.lad[i][0] = 0.0f;
+      st.lad[i][1] = cur[i];
+    } else {
+      st.lad[i][0] = cur[i];
+    }
+  }
+  for (int c = q2 ? 2 : 1; c < 32; ++c)
+    for (uint64_t i = 0; i < n; ++i) {
+      cur[i] *= ratio[i];
+      st.lad[i][c] = cur[i];
+    }
+  const uint64_t crb = pl.tp.code_row_bytes;
+  st.code_stride = crb + 8;
+  if (st.codes.size() < kRowBlock * st.code_stride) st.codes.resize(kRowBlock * st.code_stride);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint8_t* dst = st.codes.data() + i * st.code_stride;
+    std::memcpy(dst, pl.tp.row_codes(r0 + i), crb);
+    std::memset(dst + crb, 0, 8);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact path: f32 dot with 4×16-lane accumulators (chunk k → accumulator k mod 4)
+
+struct LdF32 {
+  const uint8_t* p;
+  CQ_AVX512 __m512 ld(uint64_t c) const { return _mm512_loadu_ps(p + 4 * c); }
+  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, p + 4 * c); }
+};
+struct LdF16 {
+  const uint8_t* p;
+  CQ_AVX512 __m512 ld(uint64_t c) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c)));
+  }
+  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * c));
+  }
+};
+struct LdBF16 {
+  const uint8_t* p;
+  CQ_AVX512 __m512 ld(uint64_t c) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * c);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <class L>
+CQ_AVX512 float dot_exact(const L& w, const float* x, uint64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  uint64_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    a0 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a0);
+    a1 = _mm512_fmadd_ps(w.ld(c + 16), _mm512_loadu_ps(x + c + 16), a1);
+    a2 = _mm512_fmadd_ps(w.ld(c + 32), _mm512_loadu_ps(x + c + 32), a2);
+    a3 = _mm512_fmadd_ps(w.ld(c + 48), _mm512_loadu_ps(x + c + 48), a3);
+  }
+  if (c + 16 <= n) {
+    a0 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a0);
+    c += 16;
+    if (c + 16 <= n) {
+      a1 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a1);
+      c += 16;
+      if (c + 16 <= n) {
+        a2 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a2);
+        c += 16;
+      }
+    }
+  }
+  if (c < n) {
+    const __mmask16 m = mask16(n - c);
+    const __m512 t = _mm512_mul_ps(w.ldm(c, m), _mm512_maskz_loadu_ps(m, x + c));
+    // the tail chunk index is c/16; keep the k mod 4 assignment
+    switch ((c / 16) & 3) {
+      case 0:
+        a0 = _mm512_add_ps(a0, t);
+        break;
+      case 1:
+        a1 = _mm512_add_ps(a1, t);
+        break;
+      case 2:
+        a2 = _mm512_add_ps(a2, t);
+        break;
+      default:
+        a3 = _mm512_add_ps(a3, t);
+        break;
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/// 32 weights (nibbles 0..15 in 16 bytes, element 2k low / 2k+1 high) → (nib − 8)·s as f32.
+CQ_AVX512 inline void dec_nib32(const uint8_t* b16, float s, float* out) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  const __m512i k8 = _mm512_set1_epi32(8);
+  const __m512 sv = _mm512_set1_ps(s);
+  const __m512i e0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), k8);
+  const __m512i e1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), k8);
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(e0), sv));
+  _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(e1), sv));
+}
+
+/// Decodes row r (block-local index i for ladders) into out[cols], bit-identical to quant::decode_rows.
+CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, float* out) {
+  const uint64_t cols = pl.cols;
+  switch (pl.t) {
+    case DType::Q8Row:
+    case DType::Q8_2F: {
+      const uint8_t* q = pl.p + r * cols;
+      const __m512 s = _mm512_set1_ps(f16_to_f32(load_le<uint16_t>(pl.scales + 2 * r)));
+      for (uint64_t c = 0; c < cols; c += 16) {
+        const __mmask16 m = mask16(cols - c);
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + c))), s);
+        if (pl.t == DType::Q8_2F) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, pl.col + c));
+        _mm512_mask_storeu_ps(out + c, m, v);
+      }
+      return;
+    }
+    case DType::Q4Tiled:
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.p + 18 * (r * pl.gpr + g);
+        dec_nib32(t + 2, f16_to_f32(load_le<uint16_t>(t)), out + 32 * g);
+      }
+      return;
+    case DType::Q4Block:
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint64_t fg = r * pl.gpr + g;
+        dec_nib32(pl.p + 16 * fg, f16_to_f32(load_le<uint16_t>(pl.scales + 2 * fg)), out + 32 * g);
+      }
+      return;
+    case DType::Q4TP: {
+      const uint8_t* w = pl.tp.row_weights(r);
+      const uint8_t* cr = st.codes.data() + i * st.code_stride;
+      for (uint64_t g = 0; g < pl.gpr; ++g)
+        dec_nib32(w + 16 * g, st.lad[i][quant::q4tp_code(cr, g)], out + 32 * g);
+      return;
+    }
+    case DType::Q2TP: {
+      const uint8_t* w = pl.tp.row_weights(r);
+      const uint8_t* cr = st.codes.data() + i * st.code_stride;
+      const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __m512i three = _mm512_set1_epi32(3);
+      const __m512 h = _mm512_set1_ps(1.5f);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const __m512 s = _mm512_set1_ps(st.lad[i][quant::q4tp_code(cr, g)]);
+        for (int half = 0; half < 2; ++half) {
+          const __m512i v = _mm512_set1_epi32(static_cast<int>(load_le<uint32_t>(w + 8 * g + 4 * half)));
+          const __m512i c2 = _mm512_and_si512(_mm512_srlv_epi32(v, sh), three);
+          _mm512_storeu_ps(out + 32 * g + 16 * half,
+                           _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(c2), h), s));
+        }
+      }
+      return;
+    }
+    case DType::Q1:
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.p + quant::kQ1TileBytes * (r * pl.gpr + g);
+        const float s = f16_to_f32(load_le<uint16_t>(t));
+        const uint32_t bits = load_le<uint32_t>(t + 2);
+        const __m512 ps = _mm512_set1_ps(s), ns = _mm512_set1_ps(-s);
+        _mm512_storeu_ps(out + 32 * g, _mm512_mask_blend_ps(static_cast<__mmask16>(bits & 0xFFFF), ns, ps));
+        _mm512_storeu_ps(out + 32 * g + 16, _mm512_mask_blend_ps(static_cast<__mmask16>(bits >> 16), ns, ps));
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+/// Exact dot of row r (block-local index i) with x; `buf` holds ≥ cols floats of scratch.
+CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const float* x,
+                          float* buf) {
+  switch (pl.t) {
+    case DType::F32:
+      return dot_exact(LdF32{pl.p + 4 * r * pl.cols}, x, pl.cols);
+    case DType::F16:
+      return dot_exact(LdF16{pl.p + 2 * r * pl.cols}, x, pl.cols);
+    case DType::BF16:
+      return dot_exact(LdBF16{pl.p + 2 * r * pl.cols}, x, pl.cols);
+    default:
+      decode_row(pl, st, r, i, buf);
+      return dot_exact(LdF32{reinterpret_cast<const uint8_t*>(buf)}, x, pl.cols);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 path: vpdpbusd over 64-byte superblocks
+
+/// Σ over superblocks with the scale vector `sc(s)` (16 lanes) — shared accumulation shape.
+#define CQ_ACC(s, ival, scale)                                        \
+  do {                                                                \
+    const __m512 t_ = _mm512_mul_ps(_mm512_cvtepi32_ps(ival), scale); \
+    if ((s)&1)                                                        \
+      f1 = _mm512_add_ps(f1, t_);                                     \
+    else                                                              \
+      f0 = _mm512_add_ps(f0, t_);                                     \
+  } while (0)
+
+CQ_AVX512 float dot_q8(const int8_t* w, uint64_t cols, const QAct& a) {
+  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+  const uint64_t nsb = (cols + 63) / 64;
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const __m512i wv = s * 64 + 64 <= cols ? _mm512_loadu_si512(w + 64 * s)
+                                           : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w + 64 * s);
+    const __m512i i = _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), _mm512_xor_si512(wv, x80),
+                                          _mm512_loadu_si512(a.xq + 64 * s));
+    CQ_ACC(s, i, _mm512_loadu_ps(a.d + 16 * s));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+}
+
+/// Lane → group-within-superblock shift amounts for 5-bit codes: NIB (4 lanes/group), Q2 (2).
+CQ_AVX512 inline __m512 ladder_scales(const float* lad, uint32_t bits_lo, uint32_t bits_hi, bool q2) {
+  const __m512i sh = q2 ? _mm512_setr_epi32(0, 0, 5, 5, 10, 10, 15, 15, 0, 0, 5, 5, 10, 10, 15, 15)
+                        : _mm512_setr_epi32(0, 0, 0, 0, 5, 5, 5, 5, 10, 10, 10, 10, 15, 15, 15, 15);
+  const __m512i v = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(bits_lo)),
+                                            _mm512_set1_epi32(static_cast<int>(bits_hi)));
+  const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(31));
+  return _mm512_permutex2var_ps(_mm512_loadu_ps(lad), idx, _mm512_loadu_ps(lad + 16));
+}
+
+/// NIB family: groups of 16 nibble bytes; `nib(g)` gives group g's bytes, the scale vector comes
+/// from f16 scales (q4_tiled, q4_block) or the ladder (q4tp).
+CQ_AVX512 float dot_nib(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 3) / 4;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+  const uint8_t* cr = pl.t == DType::Q4TP ? st.codes.data() + i * st.code_stride : nullptr;
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const uint64_t g0 = 4 * s, ng = std::min<uint64_t>(4, gpr - g0);
+    __m512i v;
+    __m512 sw;
+    if (pl.t == DType::Q4Tiled) {
+      const uint8_t* t = pl.p + 18 * (r * gpr + g0);
+      uint16_t h[4] = {0, 0, 0, 0};
+      __m128i b[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+      for (uint64_t k = 0; k < ng; ++k) {
+        h[k] = load_le<uint16_t>(t + 18 * k);
+        b[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 18 * k + 2));
+      }
+      v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[1], b[0])),
+                             _mm256_set_m128i(b[3], b[2]), 1);
+      uint64_t hv;
+      std::memcpy(&hv, h, 8);
+      sw = _mm512_permutexvar_ps(
+          expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(hv)))));
+    } else if (pl.t == DType::Q4Block) {
+      const uint64_t fg = r * gpr + g0;
+      v = _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.p + 16 * fg);
+      const __m128i hs = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u), pl.scales + 2 * fg);
+      sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(hs)));
+    } else {  // Q4TP
+      v = _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.tp.row_weights(r) + 16 * g0);
+      uint32_t bits;
+      std::memcpy(&bits, cr + (20 * s) / 8, 4);
+      bits >>= (20 * s) % 8;
+      sw = ladder_scales(st.lad[i], bits, bits, false);  // 4 groups = 20 bits
+    }
+    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    __m512i acc =
+        _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), lo, _mm512_loadu_si512(a.xq + 128 * s));
+    acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(a.xq + 128 * s + 64));
+    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+}
+
+CQ_AVX512 float dot_q2(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
+  const uint8_t* w = pl.tp.row_weights(r);
+  const uint8_t* cr = st.codes.data() + i * st.code_stride;
+  const __m512i m6 = _mm512_set1_epi8(6);
+  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const uint64_t g0 = 8 * s, ng = std::min<uint64_t>(8, gpr - g0);
+    const __m512i v =
+        ng == 8 ? _mm512_loadu_si512(w + 8 * g0) : _mm512_maskz_loadu_epi8(mask64(8 * ng), w + 8 * g0);
+    const int8_t* xq = a.xq + 256 * s;
+    __m512i acc = _mm512_loadu_si512(a.bias + 16 * s);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_slli_epi16(v, 1), m6), _mm512_loadu_si512(xq));
+    acc =
+        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 1), m6), _mm512_loadu_si512(xq + 64));
+    acc =
+        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 3), m6), _mm512_loadu_si512(xq + 128));
+    acc =
+        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 5), m6), _mm512_loadu_si512(xq + 192));
+    uint64_t bits;
+    std::memcpy(&bits, cr + 5 * s, 8);  // 8 codes = 40 bits starting at byte 5s
+    const __m512 sw =
+        ladder_scales(st.lad[i], static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 20), true);
+    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+}
+
+CQ_AVX512 float dot_q1(const Plan& pl, uint64_t r, const QAct& a) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 1) / 2;
+  const uint8_t* t = pl.p + quant::kQ1TileBytes * r * gpr;
+  const __m512i two = _mm512_set1_epi8(2);
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const uint8_t* ta = t + 12 * s;
+    const bool both = 2 * s + 1 < gpr;
+    const uint64_t mb =
+        uint64_t{load_le<uint32_t>(ta + 2)} | (both ? uint64_t{load_le<uint32_t>(ta + 8)} << 32 : 0);
+    const uint32_t hs =
+        uint32_t{load_le<uint16_t>(ta)} | (both ? uint32_t{load_le<uint16_t>(ta + 6)} << 16 : 0);
+    const __m512 sw = _mm512_permutexvar_ps(
+        expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hs)))));
+    const __m512i acc =
+        _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), _mm512_maskz_mov_epi8(mb, two),
+                            _mm512_loadu_si512(a.xq + 64 * s));
+    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+}
+
+CQ_AVX512 float row_int8(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
+  switch (pl.t) {
+    case DType::Q8Row:
+    case DType::Q8_2F:
+      return dot_q8(reinterpret_cast<const int8_t*>(pl.p + r * pl.cols), pl.cols, a) *
+             f16_to_f32(load_le<uint16_t>(pl.scales + 2 * r));
+    case DType::Q4Tiled:
+    case DType::Q4Block:
+    case DType::Q4TP:
+      return dot_nib(pl, st, r, i, a);
+    case DType::Q2TP:
+      return dot_q2(pl, st, r, i, a);
+    case DType::Q1:
+      return dot_q1(pl, r, a);
+    default:
+      return 0.0f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+
+/// Caller-thread scratch: q8_2f column field and quantized activations.
+struct CallScratch {
+  std::vector<float> col;
+  std::vector<int8_t> xq;
+  std::vector<float> d;
+  std::vector<int32_t> bias;
+};
+CallScratch& call_scratch() {
+  thread_local CallScratch s;
+  return s;
+}
+
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+/// out[i] = f16 → f32 of n little-endian halves at p (exact conversion, as f16_to_f32).
+CQ_AVX512 void f16_row_to_f32(const uint8_t* p, uint64_t n, float* out) {
+  for (uint64_t c = 0; c < n; c += 16) {
+    const __mmask16 m = mask16(n - c);
+    _mm512_mask_storeu_ps(out + c, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * c)));
+  }
+}
+
+/// Parses and validates the tensor; returns false when the shape is one the SIMD kernels do not
+/// cover (flat-group codecs with cols % 32 != 0), in which case the caller uses the reference.
+bool make_plan(const WeightView& w, bool exact, Plan& pl) {
+  if (!simd_supported(w.dtype))
+    fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no SIMD kernel", w.name,
+         quant::dtype_name(w.dtype));
+  quant::validate_payload(w.dtype, w.shape, w.payload, w.name);
+  pl.t = w.dtype;
+  pl.rows = w.rows();
+  pl.cols = w.cols();
+  pl.p = w.payload.data();
+  pl.gpr = pl.cols / 32;
+  const uint64_t n = pl.rows * pl.cols;
+  switch (pl.t) {
+    case DType::Q8Row:
+    case DType::Q8_2F:
+      pl.scales = pl.p + n;
+      pl.fam = Fam::Q8;
+      break;
+    case DType::Q4Block:
+      pl.scales = pl.p + 16 * ((n + 31) / 32);
+      pl.fam = Fam::NIB;
+      break;
+    case DType::Q4Tiled:
+      pl.fam = Fam::NIB;
+      break;
+    case DType::Q4TP:
+    case DType::Q2TP:
+      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.fam = pl.t == DType::Q2TP ? Fam::Q2 : Fam::NIB;
+      break;
+    case DType::Q1:
+      pl.fam = Fam::Q1;
+      break;
+    default:
+      break;
+  }
+  const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
+  if (flat && pl.cols % 32 != 0) return false;
+  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16;
+  if (pl.t == DType::Q8_2F) {
+    auto& cs = call_scratch();
+    grow(cs.col, pl.cols);
+    const uint8_t* cp = pl.p + n + 2 * pl.rows;
+    f16_row_to_f32(cp, pl.cols, cs.col.data());
+    pl.col = cs.col.data();
+  }
+  return true;
+}
+
+/// Quantizes n activation rows into caller scratch; act(i) gives token i.
+struct ActSet {
+  QActSize sz{};
+  const int8_t* xq = nullptr;
+  const float* d = nullptr;
+  const int32_t* bias = nullptr;
+  QAct at(size_t i) const { return {xq + i * sz.xq_bytes, d + i * sz.lanes, bias + i * sz.lanes}; }
+};
+ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
+  auto& cs = call_scratch();
+  ActSet a;
+  a.sz = qact_size(pl.fam, pl.cols);
+  grow(cs.xq, n * a.sz.xq_bytes);
+  grow(cs.d, n * a.sz.lanes);
+  grow(cs.bias, n * a.sz.lanes);
+  for (size_t i = 0; i < n; ++i)
+    quantize_act(pl.fam, x + i * pl.cols, pl.t == DType::Q8_2F ? pl.col : nullptr, pl.cols,
+                 cs.xq.data() + i * a.sz.xq_bytes, cs.d.data() + i * a.sz.lanes,
+                 cs.bias.data() + i * a.sz.lanes);
+  a.xq = cs.xq.data();
+  a.d = cs.d.data();
+  a.bias = cs.bias.data();
+  return a;
+}
+
+/// Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n.
+void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
+         size_t y_stride, ThreadPool& pool) {
+  ActSet acts;
+  if (pl.int8) acts = quantize_all(pl, x, n);
+  const bool is_tp = pl.t == DType::Q4TP || pl.t == DType::Q2TP;
+  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
+  const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
+  pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
+    BlockState& st = block_state();
+    for (size_t b = b0; b < b1; ++b) {
+      const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - j0);
+      const uint64_t r0 = row_begin + j0;
+      if (is_tp) prep_tp(pl, r0, rc, st);
+      if (pl.int8) {
+        for (uint64_t k = 0; k < rc; ++k)
+          for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, st, r0 + k, k, acts.at(i));
+      } else if (floatw || n == 1) {
+        grow(st.rowbuf, pl.cols);
+        for (uint64_t k = 0; k < rc; ++k)
+          for (size_t i = 0; i < n; ++i)
+            y[i * y_stride + j0 + k] = row_exact(pl, st, r0 + k, k, x + i * pl.cols, st.rowbuf.data());
+      } else {
+        // Batched exact: decode the block's rows once, then apply them to every token.
+        grow(st.rowbuf, rc * pl.cols);
+        for (uint64_t k = 0; k < rc; ++k) decode_row(pl, st, r0 + k, k, st.rowbuf.data() + k * pl.cols);
+        for (size_t i = 0; i < n; ++i)
+          for (uint64_t k = 0; k < rc; ++k)
+            y[i * y_stride + j0 + k] =
+                dot_exact(LdF32{reinterpret_cast<const uint8_t*>(st.rowbuf.data() + k * pl.cols)},
+                          x + i * pl.cols, pl.cols);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
+                      ThreadPool& pool, bool exact) {
+  Plan pl;
+  const bool ok = make_plan(w, exact, pl);
+  if (row_begin > pl.rows || row_count > pl.rows - row_begin)
+    fail(ErrorKind::Bounds, "tensor '{}': rows [{}, {}) outside [0, {})", w.name, row_begin,
+         row_begin + row_count, pl.rows);
+  if (!ok) return matvec_rows_ref(w, row_begin, row_count, x, y, pool);
+  run(pl, row_begin, row_count, x, 1, y, row_count, pool);
+}
+
+void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact) {
+  Plan pl;
+  if (!make_plan(w, exact, pl)) return matmul_ref(w, x, n, y, pool);
+  run(pl, 0, pl.rows, x, n, y, pl.rows, pool);
+}
+
+}  // namespace cortiq::kernels

@@ -1,0 +1,64 @@
+// SIMD matrix-vector and batched matrix products over the CMF weight codecs (issue 6; ENGINE-NOTES
+// §3.15; payload layouts FORMAT-NOTES §1.8 / quant/layout.h).
+//
+// Backend: AVX-512 (F, BW, VL, DQ, VNNI) functions compiled with GCC/Clang
+// `__attribute__((target(...)))` and selected at run time with `__builtin_cpu_supports`. On a CPU
+// without these features `simd_supported` returns false for every dtype and the caller keeps the
+// scalar reference (kernels_ref.cc). There is no AVX2 tier yet.
+//
+// Two arithmetic paths:
+//  * exact (`exact = true`): each weight row is dequantized in registers to exactly the f32 values
+//    the reference decoder produces (quant::decode_rows), then multiplied by the f32 activation and
+//    accumulated with f32 FMA in 4×16 lanes (16-column chunk k goes to accumulator k mod 4, then
+//    (a0+a1)+(a2+a3) and a fixed lane tree). Bound against the double-accumulating reference:
+//      |y − y_ref| ≤ γ_(⌈cols/64⌉+7) · Σ_c |ŵ_c·x_c| + 2^-24·|y_ref|,   γ_k = k·2^-24 / (1 − k·2^-24)
+//    (ŵ = the decoded f32 weight); for cols = 4864 that is ≤ 5e-6 · Σ|ŵx|.
+//  * int8 (`exact = false`): the activation is quantized per 32-column block like llama.cpp's q8_0
+//    (d_b = absmax_b/127 in f32, q = rne(x·127/absmax_b), |x − d_b·q| ≤ d_b/2 + ulp), integer dot
+//    products with AVX-512 VNNI `vpdpbusd` against the integer weight codes, per-block f32 scaling.
+//    Error vs the exact product: |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254 (plus f32 rounding,
+//    ~1e-6 relative). q8_2f folds its column field into the activation first (x'_c = x_c·col_c,
+//    quantized per block; the bound then uses |ŵ_c|/col_c·absmax'_b/254). Used for q8_row, q8_2f,
+//    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1; f32/f16/bf16 (and every dtype whose int8
+//    kernel is not implemented, e.g. q4_block with cols % 32 != 0) take the exact path.
+//
+// Threads: output rows are split in contiguous blocks of 16 over the ThreadPool; each output is
+// computed by one thread with arithmetic that does not depend on the split, so results are
+// bit-identical for any thread count. The int8 activation quantization runs once on the caller
+// before the split. Scratch buffers are thread_local and only grow (no allocation once warm).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/thread_pool.h"
+#include "kernels/weight_view.h"
+#include "quant/dtype.h"
+
+namespace cortiq::kernels {
+
+/// Whether this CPU has the AVX-512 (F/BW/VL/DQ/VNNI) features the SIMD kernels need.
+bool simd_cpu_ok() noexcept;
+
+/// Whether matvec_rows_simd / matmul_simd implement `t` on this CPU. True for f32, f16, bf16,
+/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1 when simd_cpu_ok(); false otherwise (and for
+/// vbit, vbit_ro, q1s, q1t, u8 and the reserved ids — the caller uses the reference there).
+bool simd_supported(quant::DType t) noexcept;
+
+/// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]`, x: [cols], y: [row_count].
+/// `exact` selects the f32-activation path, otherwise the int8-activation path where one exists
+/// (file comment). Throws Error(Unsupported) when !simd_supported(w.dtype), Error(Bounds) for a row
+/// range outside the tensor, Error(Parse) for a payload whose size/layout does not match dtype and
+/// shape (checked with quant::validate_payload / the layout parsers on every call — O(1) for the
+/// fixed-size dtypes).
+void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
+                      ThreadPool& pool, bool exact);
+
+/// Batched (prefill) product: Y[i, r] = Σ_c W[r, c]·X[i, c] for i < n, r < rows. X: `[n, cols]`,
+/// Y: `[n, rows]`. Cache-blocked: a tile of weight rows is decoded (exact path) or read (int8 path)
+/// once per tile and applied to all n tokens while it sits in L1/L2. Each Y[i, r] is computed with
+/// exactly the arithmetic of matvec_rows_simd with the same `exact` flag, so the result is
+/// bit-identical to n matvec calls (a stronger property than the contract requires). Same errors.
+void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact);
+
+}  // namespace cortiq::kernels

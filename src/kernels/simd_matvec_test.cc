@@ -1,0 +1,251 @@
+// SIMD matvec/matmul (simd_matvec.h) against the scalar reference (matvec_rows_ref) on random and
+// adversarial inputs, with the error bounds documented in simd_matvec.h.
+#include "kernels/simd_matvec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "quant/codec.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace cortiq::kernels {
+namespace {
+
+using quant::DType;
+
+constexpr DType kAll[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8Row, DType::Q8_2F,
+                          DType::Q4Block, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,  DType::Q1};
+
+bool any_cols(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8Row || t == DType::Q8_2F ||
+         t == DType::Q4Block;
+}
+
+std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct Tensor {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+  std::vector<float> deq;  // reference-decoded weights [rows, cols]
+  std::vector<float> col;  // q8_2f column field (else empty)
+};
+
+Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+  Tensor o;
+  std::vector<uint64_t> shape{rows, cols};
+  o.bytes = quant::encode(t, shape, v);
+  o.view = WeightView{t, shape, o.bytes, "w"};
+  o.deq.resize(rows * cols);
+  quant::decode(t, shape, o.bytes, o.deq);
+  if (t == DType::Q8_2F) {
+    const uint8_t* cp = o.bytes.data() + rows * cols + 2 * rows;
+    for (uint64_t c = 0; c < cols; ++c) o.col.push_back(f16_to_f32(load_le<uint16_t>(cp + 2 * c)));
+  }
+  return o;
+}
+
+double gamma(double k) {
+  const double u = std::ldexp(1.0, -24);
+  return k * u / (1.0 - k * u);
+}
+
+/// Documented exact-path bound for output row r (simd_matvec.h).
+double exact_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
+  const uint64_t cols = w.view.cols();
+  double s = 0;
+  for (uint64_t c = 0; c < cols; ++c) s += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
+  return gamma(static_cast<double>((cols + 63) / 64) + 7) * s + std::ldexp(std::fabs(ref), -24);
+}
+
+/// Documented int8-path bound: Σ|ŵ_c|·absmax_b/254 (q8_2f: on x·col, divided by col) + f32 slack.
+double int8_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
+  const uint64_t cols = w.view.cols();
+  const bool q82f = w.view.dtype == DType::Q8_2F;
+  double q = 0, mag = 0;
+  for (uint64_t b = 0; b * 32 < cols; ++b) {
+    const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
+    float amax = 0;
+    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, std::fabs(q82f ? x[c] * w.col[c] : x[c]));
+    for (uint64_t c = 32 * b; c < c1; ++c) {
+      const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
+      q += aw * amax / 254.0;
+      mag += aw * (std::fabs(q82f ? x[c] * w.col[c] : x[c]) + amax / 254.0);
+    }
+  }
+  return q * (1 + 1e-5) + gamma(static_cast<double>(cols) / 32 + 12) * mag + exact_bound(w, r, x, ref);
+}
+
+enum class Path { Exact, Int8 };
+
+/// Checks matvec_rows_simd on rows [rb, rb+rc) for 1/2/3 threads, returns the 1-thread result.
+std::vector<float> check_matvec(const Tensor& w, uint64_t rb, uint64_t rc, const std::vector<float>& x,
+                                Path path) {
+  const bool exact = path == Path::Exact;
+  std::vector<float> ref(rc), y1(rc);
+  matvec_rows_ref(w.view, rb, rc, x.data(), ref.data(), serial_pool());
+  matvec_rows_simd(w.view, rb, rc, x.data(), y1.data(), serial_pool(), exact);
+  for (uint64_t i = 0; i < rc; ++i) {
+    const double bound =
+        exact ? exact_bound(w, rb + i, x.data(), ref[i]) : int8_bound(w, rb + i, x.data(), ref[i]);
+    EXPECT_LE(std::fabs(static_cast<double>(y1[i]) - ref[i]), bound)
+        << "row " << rb + i << " y " << y1[i] << " ref " << ref[i];
+  }
+  for (size_t th : {2, 3}) {
+    ThreadPool pool(th);
+    std::vector<float> yt(rc, -1.0f);
+    matvec_rows_simd(w.view, rb, rc, x.data(), yt.data(), pool, exact);
+    EXPECT_EQ(0, std::memcmp(yt.data(), y1.data(), rc * 4)) << th << " threads differ";
+  }
+  return y1;
+}
+
+struct Shape {
+  uint64_t rows, cols;
+};
+
+class SimdDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SimdDtype, RandomShapesBothPathsMatchReference) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::vector<Shape> shapes = {{37, 160}, {5, 32}, {20, 96}, {18, 896}, {3, 288}, {17, 256}};
+  if (any_cols(t)) shapes.insert(shapes.end(), {{13, 77}, {4, 1}, {9, 100}, {3, 15}});
+  uint32_t seed = 1;
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE(std::string(quant::dtype_name(t)) + " " + std::to_string(sh.rows) + "x" +
+                 std::to_string(sh.cols));
+    const Tensor w = make(t, sh.rows, sh.cols, gauss(sh.rows * sh.cols, seed++, 0.05f));
+    const auto x = gauss(sh.cols, seed++);
+    for (Path p : {Path::Exact, Path::Int8}) {
+      check_matvec(w, 0, sh.rows, x, p);
+      if (sh.rows > 4) check_matvec(w, 2, sh.rows - 3, x, p);  // a row range
+    }
+  }
+}
+
+TEST_P(SimdDtype, AdversarialInputs) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const uint64_t rows = 21, cols = any_cols(t) ? 200 : 192;
+  auto v = gauss(rows * cols, 7, 0.02f);
+  for (uint64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;  // zero row
+  v[5 * cols + 17] = 40.0f;                                    // weight outliers
+  v[6 * cols + cols - 1] = -25.0f;
+  for (uint64_t c = 0; c < cols; ++c) v[8 * cols + c] = (c % 2 ? 1.0f : -1.0f) * 3.0f;  // constant magnitude
+  const Tensor w = make(t, rows, cols, v);
+  auto x = gauss(cols, 8);
+  x[3] = 500.0f;  // activation outlier (dominates its int8 block)
+  x[cols - 2] = -300.0f;
+  for (uint64_t c = 64; c < 96; ++c) x[c] = 0.0f;  // an all-zero activation block
+  for (Path p : {Path::Exact, Path::Int8}) {
+    SCOPED_TRACE(std::string(quant::dtype_name(t)) + (p == Path::Exact ? " exact" : " int8"));
+    const auto y = check_matvec(w, 0, rows, x, p);
+    if (t != DType::Q1) {  // q1 cannot encode 0 (±2^-14 floor scale)
+      EXPECT_EQ(y[3], 0.0f);
+    }
+    const std::vector<float> zero(cols, 0.0f);
+    const auto yz = check_matvec(w, 0, rows, zero, p);
+    for (float f : yz) EXPECT_EQ(f, 0.0f);
+  }
+}
+
+// Activations that the int8 quantizer represents exactly (integers·2^-7 with ±127/128 in every
+// block): the int8 path must then agree with the exact product to float rounding.
+TEST_P(SimdDtype, Int8PathIsExactOnRepresentableActivations) {
+  const DType t = GetParam();
+  if (!simd_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
+  const uint64_t rows = 11, cols = 352;
+  const Tensor w = make(t, rows, cols, gauss(rows * cols, 11, 0.1f));
+  std::mt19937 g(12);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<float> x(cols);
+  for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
+  std::vector<float> ref(rows), yi(rows);
+  matvec_rows_ref(w.view, 0, rows, x.data(), ref.data(), serial_pool());
+  matvec_rows_simd(w.view, 0, rows, x.data(), yi.data(), serial_pool(), false);
+  for (uint64_t r = 0; r < rows; ++r) {
+    double mag = 0;
+    for (uint64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
+    EXPECT_NEAR(yi[r], ref[r], 2e-6 * mag + 1e-30) << r;
+  }
+}
+
+TEST_P(SimdDtype, MatmulEqualsMatvecsBitwise) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP();
+  const uint64_t rows = 45, cols = any_cols(t) ? 129 : 160;
+  const size_t n = 5;
+  const Tensor w = make(t, rows, cols, gauss(rows * cols, 21, 0.1f));
+  const auto X = gauss(n * cols, 22);
+  for (bool exact : {true, false}) {
+    for (size_t th : {1, 2, 3}) {
+      ThreadPool pool(th);
+      std::vector<float> Y(n * rows), y(rows);
+      matmul_simd(w.view, X.data(), n, Y.data(), pool, exact);
+      for (size_t i = 0; i < n; ++i) {
+        matvec_rows_simd(w.view, 0, rows, X.data() + i * cols, y.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4))
+            << "token " << i << " exact " << exact;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SimdDtype, ::testing::ValuesIn(kAll),
+                         [](const auto& info) { return std::string(quant::dtype_name(info.param)); });
+
+TEST(Simd, Q4BlockWithUnalignedColsUsesTheReference) {
+  if (!simd_supported(DType::Q4Block)) GTEST_SKIP();
+  const Tensor w = make(DType::Q4Block, 7, 45, gauss(7 * 45, 31));
+  const auto x = gauss(45, 32);
+  std::vector<float> ref(7), y(7);
+  matvec_rows_ref(w.view, 0, 7, x.data(), ref.data(), serial_pool());
+  matvec_rows_simd(w.view, 0, 7, x.data(), y.data(), serial_pool(), false);
+  EXPECT_EQ(0, std::memcmp(ref.data(), y.data(), 28));
+}
+
+TEST(Simd, Errors) {
+  if (!simd_cpu_ok()) GTEST_SKIP();
+  EXPECT_FALSE(simd_supported(DType::VBit));
+  EXPECT_FALSE(simd_supported(DType::Q1T));
+  EXPECT_FALSE(simd_supported(DType::U8));
+  const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
+  const auto x = gauss(64, 42);
+  std::vector<float> y(4);
+  try {
+    matvec_rows_simd(w.view, 2, 3, x.data(), y.data(), serial_pool(), true);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Bounds);
+  }
+  WeightView bad = w.view;
+  bad.payload = bad.payload.first(bad.payload.size() - 1);
+  try {
+    matvec_rows_simd(bad, 0, 1, x.data(), y.data(), serial_pool(), true);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Parse);
+  }
+  const Tensor v = make(DType::VBit, 4, 64, gauss(256, 43));
+  try {
+    matvec_rows_simd(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+  }
+}
+
+}  // namespace
+}  // namespace cortiq::kernels
