@@ -1,0 +1,77 @@
+// `cortiq bench <model.cmf> [-p 512] [-n 128] [-r 5] [-t 1,2] [--json] [--exact]` — prefill and
+// decode throughput with the memory-bandwidth roofline (issue 6 item 3; llama-bench's contract).
+// The table / JSON goes to stdout; notes and --progress lines go to stderr.
+#include "runtime/bench.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model, json_file;
+  size_t n_prompt = 512, n_gen = 128, reps = 5;
+  std::vector<size_t> threads{1, 2};
+  uint64_t seed = 42;
+  double bw_mib = 0;
+  bool json = false, exact = false, progress = false;
+};
+
+void bench_cmd(const BenchArgs& a) {
+  runtime::bench::BenchOptions o;
+  o.n_prompt = a.n_prompt;
+  o.n_gen = a.n_gen;
+  o.reps = a.reps;
+  o.threads = a.threads;
+  o.seed = a.seed;
+  o.exact = a.exact;
+  if (a.bw_mib < 0) fail(ErrorKind::InvalidArgument, "--bw-mib {} must be >= 0", a.bw_mib);
+  o.bandwidth_bytes = static_cast<uint64_t>(a.bw_mib * 1024.0 * 1024.0);
+  runtime::bench::BenchProgress prog;
+  if (a.progress)
+    prog = [](const std::string& s) {
+      std::fprintf(stderr, "bench: %s\n", s.c_str());
+      std::fflush(stderr);
+    };
+  const auto r = runtime::bench::run_bench(a.model, o, prog);
+  if (!a.json_file.empty()) {
+    const std::string j = runtime::bench::to_json(r).dump(2) + "\n";
+    write_file_atomic(a.json_file,
+                      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(j.data()), j.size()));
+  }
+  if (a.json) {
+    std::printf("%s\n", runtime::bench::to_json(r).dump(2).c_str());
+  } else {
+    std::printf("%s", runtime::bench::to_markdown(r).c_str());
+  }
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* c =
+      root.add_subcommand("bench", "Measure prefill (pp) and decode (tg) tok/s and the bandwidth roofline");
+  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("-p,--n-prompt", a->n_prompt, "prefill test size in tokens, one batch (512; 0 = skip)");
+  c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");
+  c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(CLI::PositiveNumber);
+  c->add_option("-t,--threads", a->threads, "comma-separated thread counts (1,2)")->delimiter(',');
+  c->add_option("--seed", a->seed, "token-id RNG seed (42)");
+  c->add_option("--bw-mib", a->bw_mib, "bandwidth read-buffer size in MiB (default max(256, 8 x LLC))");
+  c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");
+  c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
+  c->add_flag("--exact", a->exact,
+              "f32-activation kernels (kernels::MatmulMode::Exact) instead of int8 activations");
+  c->add_flag("--progress", a->progress, "print progress lines to stderr");
+  c->callback([a] { bench_cmd(*a); });
+}
+
+}  // namespace
+
+CORTIQ_COMMAND(26, setup);
+
+}  // namespace cortiq::cli

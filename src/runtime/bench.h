@@ -1,0 +1,172 @@
+// `cortiq bench`: prefill / decode throughput, weight accounting and the memory-bandwidth roofline
+// (issue 6 item 3; the contract follows llama-bench: pp = one batched prefill of n_prompt tokens,
+// tg = n_gen single-token decode steps from an empty KV cache, tok/s as mean ± sample sd over
+// repetitions after one warmup).
+//
+// Roofline: decode on a CPU is memory-bound, so tok/s ≤ B / W where W = bytes of weights a decode
+// step reads (decode_bytes_per_token) and B = the streaming-read bandwidth measured in the same
+// process with the same thread count (measure_bandwidth). roofline = W · tg_tok/s / B.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cmf/header.h"
+#include "cmf/reader.h"
+#include "kernels/thread_pool.h"
+#include "model/tensor_source.h"
+#include "quant/dtype.h"
+
+namespace cortiq::runtime::bench {
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+/// Mean and sample standard deviation (divisor n−1, as llama-bench; 0 for n < 2) of `xs`.
+struct Stats {
+  double mean = 0.0;
+  double sd = 0.0;
+  size_t n = 0;
+};
+
+/// Stats of `xs` (two-pass: mean first, then Σ(x−mean)²; empty → all zero).
+Stats mean_sd(std::span<const double> xs);
+
+// ---------------------------------------------------------------------------------------------
+// Weight accounting
+
+/// One stored tensor: name, dtype, logical shape and exact payload length (bytes).
+struct TensorStat {
+  std::string name;
+  quant::DType dtype = quant::DType::F32;
+  std::vector<uint64_t> shape;
+  uint64_t bytes = 0;
+};
+
+/// Tensors of an opened .cmf (every shard), in directory order.
+std::vector<TensorStat> tensor_stats(const cmf::Reader& r);
+/// Tensors of an in-memory source (tests), in name order.
+std::vector<TensorStat> tensor_stats(const model::MemoryTensorSource& s);
+
+/// What a model's weights weigh, and what one decode step reads.
+struct WeightAccounting {
+  uint64_t total_bytes = 0;  ///< Σ payload bytes of every tensor
+  uint64_t params = 0;       ///< Σ element counts of every tensor (a tied head is stored once)
+  std::map<std::string, uint64_t> bytes_by_dtype;   ///< dtype_name → payload bytes
+  std::map<std::string, uint64_t> params_by_dtype;  ///< dtype_name → elements
+  /// Bytes of weights one decode step (T = 1) reads: every tensor of layers 0..num_layers−1
+  /// (for MoE layers the routed experts' tensors scaled by top_k / num_experts, the expected
+  /// share), model.norm.weight, the output head (lm_head.weight, or model.embed_tokens.weight
+  /// when tie_word_embeddings and no lm_head is stored), and one row of model.embed_tokens
+  /// (payload / rows) unless the head IS the embedding (then the row is inside the bytes already
+  /// counted). Tensors outside the forward pass (mtp.*, skill.*) are not counted.
+  uint64_t decode_bytes_per_token = 0;
+};
+
+/// Accounts `tensors` against `arch` (the rules on WeightAccounting). Pure; never throws.
+WeightAccounting account_weights(const cmf::ModelArch& arch, std::span<const TensorStat> tensors);
+
+// ---------------------------------------------------------------------------------------------
+// Memory bandwidth
+
+/// Streaming-read bandwidth result.
+struct Bandwidth {
+  double best_gbs = 0.0;  ///< best pass, 10^9 bytes/s (STREAM convention: the best of the passes)
+  double mean_gbs = 0.0;  ///< mean of the passes
+  uint64_t buffer_bytes = 0;
+  size_t threads = 0;
+};
+
+/// Default read-buffer size: max(256 MiB, 8 × the last-level cache reported by sysconf), so the
+/// read streams from DRAM, not cache.
+uint64_t default_bandwidth_buffer_bytes() noexcept;
+
+/// Reads a `buffer_bytes` buffer (touched once beforehand) `passes` times, each pass split over
+/// `pool` in contiguous slices, with the widest vector loads this CPU has (AVX-512, AVX2, else
+/// 64-bit scalar; XOR-reduced so the loads cannot be elided). Throws Error(InvalidArgument) for
+/// buffer_bytes < 1 MiB or passes == 0.
+Bandwidth measure_bandwidth(kernels::ThreadPool& pool, uint64_t buffer_bytes, size_t passes = 5);
+
+// ---------------------------------------------------------------------------------------------
+// The benchmark
+
+/// `cortiq bench` options.
+struct BenchOptions {
+  size_t n_prompt = 512;              ///< pp test size in tokens (0 = skip pp)
+  size_t n_gen = 128;                 ///< tg test size in tokens (0 = skip tg)
+  size_t reps = 5;                    ///< measured repetitions per test (>= 1)
+  std::vector<size_t> threads{1, 2};  ///< thread counts, each >= 1
+  uint64_t seed = 42;                 ///< token-id RNG seed (std::mt19937_64)
+  bool exact = false;                 ///< ask for the f32-activation kernels (LoadOptions::exact)
+  uint64_t bandwidth_bytes = 0;       ///< 0 = default_bandwidth_buffer_bytes()
+  size_t bandwidth_passes = 5;
+};
+
+/// One test at one thread count.
+struct TestResult {
+  std::string test;  ///< "pp512", "tg128" (llama-bench naming)
+  size_t n_prompt = 0, n_gen = 0, threads = 0;
+  std::vector<double> samples_ns;  ///< wall time of each repetition
+  std::vector<double> samples_ts;  ///< tokens/s of each repetition
+  Stats ts;                        ///< over samples_ts
+  Stats ns;                        ///< over samples_ns
+  double bandwidth_gbs = 0.0;      ///< measured at this thread count (best pass)
+  /// tg only: decode_bytes_per_token · ts.mean / (bandwidth_gbs·1e9); nullopt for pp.
+  std::optional<double> roofline;
+  /// tg only: the bound bandwidth / decode_bytes_per_token in tok/s.
+  std::optional<double> bound_ts;
+};
+
+/// Everything `cortiq bench` prints.
+struct BenchReport {
+  std::string model_path;
+  std::string arch_name;
+  uint64_t file_bytes = 0;  ///< Σ sizes of the .cmf file(s)
+  WeightAccounting weights;
+  bool exact_requested = false;  ///< --exact (LoadOptions::exact → kernels::MatmulMode::Exact)
+  std::string mode;              ///< matmul mode the run used: "fast", "exact" or "reference"
+  /// dtype_name → "simd" or "reference": which kernel family runs that dtype's matrices.
+  std::map<std::string, std::string> dtype_kernel;
+  std::vector<Bandwidth> bandwidth;  ///< one per thread count
+  std::vector<TestResult> results;   ///< per thread count: pp then tg
+};
+
+/// Fills the derived fields of `t` (ts, ns, samples_ts, roofline, bound_ts) from samples_ns,
+/// the test's token count, `bandwidth_gbs` and `decode_bytes_per_token`.
+void finish_result(TestResult& t, uint64_t decode_bytes_per_token);
+
+/// Progress callback: a human-readable line ("t=2 tg128 rep 3/5").
+using BenchProgress = std::function<void(const std::string&)>;
+
+/// Runs the benchmark on the .cmf at `path`: per thread count, loads the model (task mask off,
+/// LoadOptions::exact = opt.exact; the process-wide matmul mode is restored on return),
+/// measures the bandwidth, warms up (a prefill of min(n_prompt, 16) tokens and one decode step,
+/// which touches every weight), then times `reps` prefills (one forward of n_prompt random ids,
+/// logits of the last position) and `reps` decodes (n_gen forwards of one random id each, from an
+/// empty KV cache). Token ids are uniform in [0, vocab) from `seed`. Throws Error(InvalidArgument)
+/// for reps == 0, an empty or zero thread list, or nothing to run (n_prompt == n_gen == 0); load
+/// errors propagate.
+BenchReport run_bench(const std::string& path, const BenchOptions& opt, const BenchProgress& progress = {});
+
+/// llama-bench-style markdown: one line describing the model, then a table
+/// `| model | size | params | dtypes | threads | test | t/s | BW GB/s | B/token | roofline |`.
+std::string to_markdown(const BenchReport& r);
+
+/// JSON array with one object per test (llama-bench field names where one exists: model_filename,
+/// model_type, model_size, model_n_params, n_threads, n_prompt, n_gen, test, avg_ns, stddev_ns,
+/// avg_ts, stddev_ts, samples_ns, samples_ts) plus dtype_bytes {dtype: bytes},
+/// decode_bytes_per_token, bandwidth_gbs, roofline (null for pp), bound_ts, exact (bool),
+/// matmul_mode, dtype_kernel {dtype: "simd"|"reference"}.
+nlohmann::json to_json(const BenchReport& r);
+
+/// "494.03 M" / "1.54 B" style count; "468.64 MiB" / "1.20 GiB" style size (llama-bench).
+std::string format_params(uint64_t n);
+std::string format_size(uint64_t bytes);
+
+}  // namespace cortiq::runtime::bench
