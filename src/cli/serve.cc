@@ -1,0 +1,41 @@
+// `cortiq serve <model.cmf>` — the OpenAI-compatible HTTP server (issue 7; src/server/server.h).
+#include <cstdlib>
+#include <memory>
+
+#include "cli/command.h"
+#include "server/server.h"
+
+namespace cortiq::cli {
+namespace {
+
+void setup(CLI::App& root) {
+  auto o = std::make_shared<server::ServerOptions>();
+  auto* c = root.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE streaming)");
+  c->add_option("model", o->model_path, "model .cmf file")->required();
+  c->add_option("--host", o->host, "address to bind (default 127.0.0.1: local only)");
+  c->add_option("--port", o->port, "TCP port (8080; 0 = any free port, printed on the Listening line)");
+  c->add_option("--api-key", o->api_key,
+                "require 'Authorization: Bearer KEY' on every route but /health (default: $CORTIQ_API_KEY)");
+  c->add_option("--parallel,-P", o->parallel, "sequences decoding together, each with its own KV cache (1)");
+  c->add_option("--queue", o->queue, "requests that may wait for a slot before 429 (16)");
+  c->add_option("--max-body", o->max_body_bytes, "request body limit in bytes (8 MiB; 413 above)");
+  c->add_option("--alias", o->alias, "model id shown by /v1/models (default <arch_name>-cortiq)");
+  c->add_option("-t,--task", o->load.task, "default task mask name, or 'off'");
+  c->add_option("--threads", o->load.threads, "kernel threads (0 = all cores)");
+  c->add_option("--ctx", o->load.ctx,
+                "KV cache capacity per slot in tokens (default min(max_position_embeddings, 4096))");
+  c->add_flag("--kv-f16", o->load.kv_f16, "store the KV caches in f16");
+  c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
+  c->callback([o] {
+    server::ServerOptions opt = *o;
+    if (opt.api_key.empty())
+      if (const char* k = std::getenv("CORTIQ_API_KEY")) opt.api_key = k;
+    server::run_server(opt);
+  });
+}
+
+}  // namespace
+
+CORTIQ_COMMAND(25, setup);
+
+}  // namespace cortiq::cli

@@ -1,0 +1,503 @@
+#include "server/api.h"
+
+#include <cmath>
+#include <mutex>
+#include <random>
+
+namespace cortiq::server {
+
+namespace {
+
+std::string status_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+[[noreturn]] void bad(std::string_view param, const std::string& msg) {
+  throw ApiError(400, msg, "invalid_request_error", std::string(param), "invalid_value");
+}
+
+std::string type_name(const ojson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  return "object";
+}
+
+[[noreturn]] void wrong_type(std::string_view param, std::string_view want, const ojson& v) {
+  bad(param, "'" + std::string(param) + "' must be " + std::string(want) + ", got " + type_name(v));
+}
+
+// Field getters: absent or null → nullopt; wrong type → 400.
+std::optional<double> get_number(const ojson& b, const char* key, double lo, double hi) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) wrong_type(key, "a number", *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    bad(key, "'" + std::string(key) + "' = " + it->dump() + " is out of range [" + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "]");
+  return v;
+}
+
+std::optional<int64_t> get_int(const ojson& b, const char* key, int64_t lo, int64_t hi) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!(it->is_number_integer() || it->is_number_unsigned())) {
+    // JSON has one number type: accept 5.0 but not 5.5.
+    if (it->is_number_float() && std::isfinite(it->get<double>()) &&
+        it->get<double>() == std::floor(it->get<double>()) && std::fabs(it->get<double>()) < 9e15) {
+      const auto v = static_cast<int64_t>(it->get<double>());
+      if (v < lo || v > hi) bad(key, "'" + std::string(key) + "' = " + it->dump() + " is out of range");
+      return v;
+    }
+    wrong_type(key, "an integer", *it);
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad(key, "'" + std::string(key) + "' is out of range");
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi)
+    bad(key, "'" + std::string(key) + "' = " + std::to_string(v) + " is out of range [" + std::to_string(lo) +
+                 ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+std::optional<bool> get_bool(const ojson& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) wrong_type(key, "a boolean", *it);
+  return it->get<bool>();
+}
+
+std::optional<std::string> get_string(const ojson& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) wrong_type(key, "a string", *it);
+  return it->get<std::string>();
+}
+
+void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
+  if (auto v = get_number(b, "temperature", 0.0, 2.0)) s.sampler.temperature = static_cast<float>(*v);
+  if (auto v = get_number(b, "top_p", 0.0, 1.0)) s.sampler.top_p = static_cast<float>(*v);
+  if (auto v = get_int(b, "top_k", -1, 1 << 30)) s.sampler.top_k = static_cast<int>(*v);
+  if (auto v = get_number(b, "min_p", 0.0, 1.0)) s.sampler.min_p = static_cast<float>(*v);
+  s.sampler.repeat_penalty = 1.0f;
+  if (auto v = get_number(b, "repetition_penalty", 0.01, 10.0))
+    s.sampler.repeat_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "presence_penalty", -2.0, 2.0))
+    s.sampler.presence_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
+  if (auto v = get_int(b, "seed", INT64_MIN, INT64_MAX)) s.sampler.seed = static_cast<uint64_t>(*v);
+  if (s.sampler.temperature < 1e-6f)
+    s.sampler = [&] {
+      auto g = runtime::SamplerParams::greedy();
+      g.seed = s.sampler.seed;
+      g.presence_penalty = s.sampler.presence_penalty;
+      g.repeat_penalty = s.sampler.repeat_penalty;
+      return g;
+    }();
+  std::optional<int64_t> mt = get_int(b, "max_tokens", 1, INT32_MAX);
+  if (chat) {
+    if (auto v = get_int(b, "max_completion_tokens", 1, INT32_MAX)) mt = v;
+  }
+  if (mt) s.max_tokens = static_cast<size_t>(*mt);
+  if (auto it = b.find("stop"); it != b.end() && !it->is_null()) {
+    if (it->is_string()) {
+      s.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->size() > 4) bad("stop", "'stop' takes at most 4 sequences");
+      for (const auto& x : *it) {
+        if (!x.is_string()) wrong_type("stop", "a string or an array of strings", x);
+        s.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      wrong_type("stop", "a string or an array of strings", *it);
+    }
+    for (const auto& x : s.stop)
+      if (x.empty()) bad("stop", "'stop' sequences must not be empty");
+  }
+  if (auto v = get_int(b, "n", 1, 1 << 20); v && *v != 1) bad("n", "only n = 1 is supported");
+  if (auto it = b.find("response_format"); it != b.end() && !it->is_null()) {
+    if (!it->is_object()) wrong_type("response_format", "an object", *it);
+    auto t = get_string(*it, "type");
+    if (t && *t != "text")
+      bad("response_format", "response_format type '" + *t + "' is not supported (only \"text\")");
+  }
+  if (auto it = b.find("stream_options"); it != b.end() && !it->is_null() && !it->is_object())
+    wrong_type("stream_options", "an object", *it);
+}
+
+std::optional<std::string> parse_task(const ojson& b) {
+  auto it = b.find("cortiq");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) wrong_type("cortiq", "an object", *it);
+  auto t = it->find("task");
+  if (t == it->end() || t->is_null()) return std::nullopt;
+  if (!t->is_string()) wrong_type("cortiq.task", "a string", *t);
+  return t->get<std::string>();
+}
+
+bool include_usage(const ojson& b) {
+  auto it = b.find("stream_options");
+  if (it == b.end() || !it->is_object()) return false;
+  auto v = get_bool(*it, "include_usage");
+  return v.value_or(false);
+}
+
+std::string content_text(const ojson& c, const std::string& where) {
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) wrong_type(where, "a string, an array of content parts or null", c);
+  std::string out;
+  bool first = true;
+  for (const auto& p : c) {
+    if (p.is_string()) {  // lenient: bare strings as parts
+      if (!first) out += '\n';
+      out += p.get<std::string>();
+      first = false;
+      continue;
+    }
+    if (!p.is_object()) wrong_type(where, "an array of content part objects", p);
+    const auto type = p.value("type", std::string("text"));
+    if (type != "text")
+      bad(where,
+          "content part type '" + type + "' is not supported: this model is text-only (send \"text\" parts)");
+    auto t = p.find("text");
+    if (t == p.end() || !t->is_string()) bad(where, "a \"text\" content part needs a string 'text'");
+    if (!first) out += '\n';
+    out += t->get<std::string>();
+    first = false;
+  }
+  return out;
+}
+
+}  // namespace
+
+ojson error_body(const ApiError& e) {
+  ojson err = {{"message", e.what()}, {"type", e.type}};
+  err["param"] = e.param ? ojson(*e.param) : ojson(nullptr);
+  err["code"] = e.code ? ojson(*e.code) : ojson(nullptr);
+  return {{"error", err}};
+}
+
+ojson error_body(int status, std::string_view message) {
+  return error_body(ApiError(status, std::string(message), status_type(status)));
+}
+
+ChatCompletionRequest parse_chat_request(const ojson& b) {
+  if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  ChatCompletionRequest r;
+  r.model = get_string(b, "model").value_or("");
+  auto mit = b.find("messages");
+  if (mit == b.end() || mit->is_null()) bad("messages", "'messages' is required");
+  if (!mit->is_array()) wrong_type("messages", "an array", *mit);
+  if (mit->empty()) bad("messages", "'messages' must not be empty");
+  for (size_t i = 0; i < mit->size(); ++i) {
+    const auto& m = (*mit)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) wrong_type(where, "an object", m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) bad(where + ".role", where + ".role must be a string");
+    std::string rs = role->get<std::string>();
+    if (rs == "developer") rs = "system";
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool")
+      bad(where + ".role", "unknown role '" + rs + "' (system, developer, user, assistant, tool)");
+    ojson out = ojson::object();
+    out["role"] = rs;
+    auto c = m.find("content");
+    out["content"] = c == m.end() ? std::string() : content_text(*c, where + ".content");
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) wrong_type(where + ".tool_calls", "an array", *tc);
+      ojson calls = ojson::array();
+      for (const auto& call : *tc) {
+        if (!call.is_object()) wrong_type(where + ".tool_calls[]", "an object", call);
+        ojson cc = call;
+        auto f = call.find("function");
+        if (f == call.end() || !f->is_object())
+          bad(where + ".tool_calls", "each tool call needs a 'function' object");
+        if (!f->contains("name") || !(*f)["name"].is_string())
+          bad(where + ".tool_calls", "each tool call needs a string function.name");
+        if (auto a = f->find("arguments"); a != f->end() && a->is_string()) {
+          auto parsed = ojson::parse(a->get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded()) cc["function"]["arguments"] = parsed;
+        }
+        calls.push_back(cc);
+      }
+      out["tool_calls"] = calls;
+    }
+    if (auto v = get_string(m, "tool_call_id")) out["tool_call_id"] = *v;
+    if (auto v = get_string(m, "name")) out["name"] = *v;
+    r.messages.push_back(out);
+  }
+  if (auto t = b.find("tools"); t != b.end() && !t->is_null()) {
+    if (!t->is_array()) wrong_type("tools", "an array", *t);
+    for (const auto& x : *t)
+      if (!x.is_object() || !x.contains("function") || !x["function"].is_object() ||
+          !x["function"].contains("name") || !x["function"]["name"].is_string())
+        bad("tools", "each tool must be {\"type\":\"function\",\"function\":{\"name\":…}}");
+    if (!t->empty()) r.tools = *t;
+  }
+  if (auto tc = b.find("tool_choice"); tc != b.end() && !tc->is_null()) {
+    if (tc->is_string()) {
+      r.tool_choice = tc->get<std::string>();
+      if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
+        bad("tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or a function object");
+    } else if (tc->is_object()) {
+      auto f = tc->find("function");
+      if (f == tc->end() || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+        bad("tool_choice", "tool_choice object needs function.name");
+      r.tool_choice = (*f)["name"].get<std::string>();
+    } else {
+      wrong_type("tool_choice", "a string or an object", *tc);
+    }
+  }
+  if (r.tool_choice == "none") r.tools = nullptr;
+  r.stream = get_bool(b, "stream").value_or(false);
+  r.include_usage = include_usage(b);
+  parse_sampling(b, r.sampling, true);
+  r.sampling.logprobs = get_bool(b, "logprobs").value_or(false);
+  if (auto v = get_int(b, "top_logprobs", 0, 20)) {
+    if (!r.sampling.logprobs) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    r.sampling.top_logprobs = static_cast<int>(*v);
+  }
+  r.task = parse_task(b);
+  if (auto v = get_bool(b, "enable_thinking")) r.enable_thinking = v;
+  if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
+    if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+    if (auto v = get_bool(*k, "enable_thinking")) r.enable_thinking = v;
+  }
+  return r;
+}
+
+CompletionRequest parse_completion_request(const ojson& b) {
+  if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  CompletionRequest r;
+  r.model = get_string(b, "model").value_or("");
+  auto p = b.find("prompt");
+  if (p == b.end() || p->is_null()) bad("prompt", "'prompt' is required");
+  auto ids_of = [](const ojson& a) {
+    std::vector<uint32_t> ids;
+    for (const auto& x : a) {
+      if (!x.is_number_integer() && !x.is_number_unsigned()) bad("prompt", "token ids must be integers");
+      const int64_t v = x.get<int64_t>();
+      if (v < 0 || v > UINT32_MAX) bad("prompt", "token id " + std::to_string(v) + " is out of range");
+      ids.push_back(static_cast<uint32_t>(v));
+    }
+    return ids;
+  };
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+  } else if (p->is_array()) {
+    if (p->empty()) bad("prompt", "'prompt' must not be empty");
+    if ((*p)[0].is_string()) {
+      if (p->size() != 1) bad("prompt", "only one prompt per request is supported");
+      r.prompt_text = (*p)[0].get<std::string>();
+    } else if ((*p)[0].is_array()) {
+      if (p->size() != 1) bad("prompt", "only one prompt per request is supported");
+      r.prompt_ids = ids_of((*p)[0]);
+    } else {
+      r.prompt_ids = ids_of(*p);
+    }
+  } else {
+    wrong_type("prompt", "a string, an array of strings or an array of token ids", *p);
+  }
+  if (r.prompt_ids && r.prompt_ids->empty()) bad("prompt", "'prompt' must not be empty");
+  r.stream = get_bool(b, "stream").value_or(false);
+  r.include_usage = include_usage(b);
+  r.echo = get_bool(b, "echo").value_or(false);
+  parse_sampling(b, r.sampling, false);
+  if (!b.contains("max_tokens")) r.sampling.max_tokens = 16;  // OpenAI's legacy default
+  if (auto v = get_int(b, "logprobs", 0, 5)) {
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = static_cast<int>(*v);
+  }
+  r.task = parse_task(b);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool calls
+
+std::string random_id(std::string_view prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  static const char* alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s(prefix);
+  std::lock_guard<std::mutex> g(mu);
+  for (int i = 0; i < 24; ++i) s += alnum[rng() % 62];
+  return s;
+}
+
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return std::string(s.substr(a, b - a));
+}
+
+// {"name": str, "arguments"|"parameters": object|string} → ToolCall.
+std::optional<ToolCall> call_from_json(const ojson& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto n = j.find("name");
+  if (n == j.end() || !n->is_string()) return std::nullopt;
+  ToolCall c{random_id("call_"), n->get<std::string>(), "{}"};
+  auto a = j.find("arguments");
+  if (a == j.end()) a = j.find("parameters");
+  if (a != j.end()) c.arguments = a->is_string() ? a->get<std::string>() : a->dump();
+  return c;
+}
+
+const char* kMarkers[] = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
+
+}  // namespace
+
+ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
+  ToolParse out;
+  // Qwen / Hermes blocks.
+  if (text.find("<tool_call>") != std::string_view::npos) {
+    std::string rest;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const size_t a = text.find("<tool_call>", pos);
+      if (a == std::string_view::npos) {
+        rest += text.substr(pos);
+        break;
+      }
+      rest += text.substr(pos, a - pos);
+      const size_t body = a + 11;
+      size_t b = text.find("</tool_call>", body);
+      const size_t end = b == std::string_view::npos ? text.size() : b + 12;
+      if (b == std::string_view::npos) b = text.size();
+      auto j = ojson::parse(text.substr(body, b - body), nullptr, false);
+      auto c = j.is_discarded() ? std::nullopt : call_from_json(j);
+      if (c) {
+        out.calls.push_back(*c);
+      } else {
+        rest += text.substr(a, end - a);  // unparseable: stays in the text
+      }
+      pos = end;
+    }
+    out.content = trim(rest);
+    return out;
+  }
+  // Mistral.
+  if (const size_t m = text.find("[TOOL_CALLS]"); m != std::string_view::npos) {
+    std::string_view body = text.substr(m + 12);
+    const std::string before = trim(text.substr(0, m));
+    auto j = ojson::parse(body, nullptr, false);
+    if (!j.is_discarded()) {
+      if (j.is_object()) j = ojson::array({j});
+      if (j.is_array()) {
+        std::vector<ToolCall> calls;
+        for (const auto& x : j)
+          if (auto c = call_from_json(x)) calls.push_back(*c);
+        if (!calls.empty() && calls.size() == j.size()) return {before, calls};
+      }
+    }
+    // v11+: NAME[ARGS]{json} repeated, each after [TOOL_CALLS].
+    std::vector<ToolCall> calls;
+    std::string_view s = text.substr(m);
+    bool ok = true;
+    while (!s.empty() && ok) {
+      if (s.substr(0, 12) != "[TOOL_CALLS]") break;
+      s.remove_prefix(12);
+      const size_t ar = s.find("[ARGS]");
+      if (ar == std::string_view::npos) {
+        ok = false;
+        break;
+      }
+      const std::string name = trim(s.substr(0, ar));
+      s.remove_prefix(ar + 6);
+      const size_t next = s.find("[TOOL_CALLS]");
+      auto args = ojson::parse(s.substr(0, next), nullptr, false);
+      if (name.empty() || args.is_discarded()) {
+        ok = false;
+        break;
+      }
+      calls.push_back({random_id("call_"), name, args.is_string() ? args.get<std::string>() : args.dump()});
+      s = next == std::string_view::npos ? std::string_view() : s.substr(next);
+    }
+    if (ok && !calls.empty()) return {before, calls};
+    out.content = trim(text);
+    return out;
+  }
+  // Llama 3.x: bare JSON (after an optional <|python_tag|>), only when tools were requested.
+  std::string t = trim(text);
+  if (t.rfind("<|python_tag|>", 0) == 0) t = trim(t.substr(14));
+  if (tools_requested && !t.empty() && t[0] == '{') {
+    std::vector<ToolCall> calls;
+    bool ok = true;
+    // Several calls may be separated by ';'.
+    auto whole = ojson::parse(t, nullptr, false);
+    if (!whole.is_discarded()) {
+      if (auto c = call_from_json(whole))
+        calls.push_back(*c);
+      else
+        ok = false;
+    } else {
+      size_t start = 0;
+      while (start < t.size() && ok) {
+        size_t semi = t.find(";", start);
+        // find a split where the piece parses
+        bool found = false;
+        while (true) {
+          const size_t end = semi == std::string::npos ? t.size() : semi;
+          auto j = ojson::parse(std::string_view(t).substr(start, end - start), nullptr, false);
+          if (!j.is_discarded()) {
+            auto c = call_from_json(j);
+            if (!c) break;
+            calls.push_back(*c);
+            start = end == t.size() ? end : end + 1;
+            found = true;
+            break;
+          }
+          if (semi == std::string::npos) break;
+          semi = t.find(";", semi + 1);
+        }
+        if (!found) ok = false;
+      }
+    }
+    if (ok && !calls.empty()) return {"", calls};
+  }
+  out.content = trim(text);
+  return out;
+}
+
+size_t tool_markup_start(std::string_view text, bool tools_requested) {
+  size_t best = std::string_view::npos;
+  for (const char* m : kMarkers) {
+    const std::string_view mk(m);
+    if (size_t p = text.find(mk); p != std::string_view::npos) best = std::min(best, p);
+    // a proper prefix of the marker at the end
+    for (size_t k = std::min(mk.size() - 1, text.size()); k > 0; --k)
+      if (text.substr(text.size() - k) == mk.substr(0, k)) {
+        best = std::min(best, text.size() - k);
+        break;
+      }
+  }
+  if (tools_requested) {
+    size_t i = 0;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i < text.size() && text[i] == '{') best = std::min(best, i);
+  }
+  return best;
+}
+
+std::string sse_event(const ojson& j) {
+  return "data: " + j.dump() + "\n\n";
+}
+
+}  // namespace cortiq::server

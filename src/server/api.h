@@ -1,0 +1,122 @@
+// OpenAI-compatible request model and response shapes for `cortiq serve` (issue 7; ENGINE-NOTES
+// "OpenAI-compatible server"; PITFALLS SRV-2, SRV-3, SRV-5). Pure functions over JSON: no sockets,
+// no model execution, so everything here is unit-tested in isolation.
+//
+// Policies fixed here (documented for clients):
+//  * `content` as a list of parts: the `text` of every {"type":"text"} part, joined with "\n";
+//    any non-text part (image_url, input_audio, file) → 400 (the models are text-only).
+//  * `content: null` or absent (assistant turns carrying `tool_calls`) → "" (SRV-3).
+//  * `tool_calls[].function.arguments` given as a JSON string is parsed into an object for the
+//    template (transformers convention); a string that is not JSON stays a string.
+//  * role "developer" is rendered as "system".
+//  * Sampling defaults: the engine's (temperature 0.7, top_p 0.9, top_k 40, min_p 0.05) with every
+//    field the request sets overriding; repetition penalty 1 (OpenAI has none; extension field
+//    `repetition_penalty`); temperature 0 → greedy argmax (same chain as `cortiq run --greedy`).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace cortiq::server {
+
+using ojson = nlohmann::ordered_json;
+
+/// An error answered to the client as `{"error":{"message","type","param","code"}}` with `status`.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type = "invalid_request_error",
+           std::optional<std::string> param = std::nullopt, std::optional<std::string> code = std::nullopt)
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type;
+  std::optional<std::string> param, code;
+};
+
+/// The OpenAI error body for `e`.
+ojson error_body(const ApiError& e);
+/// Shorthand: error body for a status and message (type derived from the status).
+ojson error_body(int status, std::string_view message);
+
+/// Sampling and stopping settings common to both generation routes.
+struct SamplingOptions {
+  runtime::SamplerParams sampler;    ///< chain settings (see runtime/sampler.h)
+  float frequency_penalty = 0.0f;    ///< subtracted count(id in completion) times, per OpenAI
+  std::optional<size_t> max_tokens;  ///< none → up to the context
+  std::vector<std::string> stop;     ///< up to 4 strings
+  bool logprobs = false;
+  int top_logprobs = 0;  ///< 0..20
+};
+
+/// A parsed POST /v1/chat/completions body.
+struct ChatCompletionRequest {
+  std::string model;
+  ojson messages = ojson::array();   ///< normalized: string content, parsed tool-call arguments
+  ojson tools = nullptr;             ///< null when absent or hidden by tool_choice "none"
+  std::string tool_choice = "auto";  ///< auto | none | required | function name (treated as auto)
+  bool stream = false, include_usage = false;
+  SamplingOptions sampling;
+  std::optional<std::string> task;  ///< `cortiq.task`
+  std::optional<bool> enable_thinking;
+};
+
+/// A parsed POST /v1/completions body. Exactly one of prompt_text / prompt_ids is set.
+struct CompletionRequest {
+  std::string model;
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<uint32_t>> prompt_ids;
+  bool stream = false, include_usage = false, echo = false;
+  SamplingOptions sampling;
+  std::optional<std::string> task;
+};
+
+/// Parses and validates a chat body. Throws ApiError(400) naming the field (`param`) for a wrong
+/// type, an out-of-range value, an empty `messages`, a non-text content part, n != 1, or a
+/// response_format other than "text".
+ChatCompletionRequest parse_chat_request(const ojson& body);
+/// Parses and validates a completions body (prompt: string, [string] of length 1, [int] or
+/// [[int]] of length 1). Throws ApiError(400) naming the field.
+CompletionRequest parse_completion_request(const ojson& body);
+
+/// A parsed OpenAI tool call.
+struct ToolCall {
+  std::string id, name;
+  std::string arguments;  ///< JSON text of the arguments object
+};
+
+/// Result of scanning generated text for tool calls.
+struct ToolParse {
+  std::string content;  ///< text outside the tool-call markup (trimmed); "" when none
+  std::vector<ToolCall> calls;
+};
+
+/// Extracts tool calls from generated text, for the template families Cortiq ships tokenizers for:
+///  * Qwen / Hermes: `<tool_call>{"name":…,"arguments":{…}}</tool_call>` blocks (several allowed);
+///  * Mistral: `[TOOL_CALLS][{"name":…,"arguments":{…}},…]` (v3) or `[TOOL_CALLS]name[ARGS]{…}` (v11+);
+///  * Llama 3.x: the whole output (optionally after `<|python_tag|>`) is `{"name":…,"parameters"|
+///    "arguments":{…}}`, or several separated by ";" — accepted only when `tools_requested`.
+/// A block that is not valid JSON with a string `name` stays in the content. Call ids are
+/// "call_" + 24 random alphanumerics.
+ToolParse parse_tool_calls(std::string_view text, bool tools_requested);
+
+/// Position where tool-call markup may begin in partially generated `text` (so a stream holds
+/// back everything from there), or npos. Considers the markers above and, when `tools_requested`,
+/// a first non-space character '{'. A proper prefix of a marker at the end of `text` counts.
+size_t tool_markup_start(std::string_view text, bool tools_requested);
+
+/// Random id with `prefix` and 24 alphanumerics (thread-safe).
+std::string random_id(std::string_view prefix);
+
+/// Text for the SSE wire: "data: " + json + "\n\n".
+std::string sse_event(const ojson& j);
+
+}  // namespace cortiq::server

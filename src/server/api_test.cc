@@ -1,0 +1,240 @@
+// Request model, tool-call parsing and error shapes of the OpenAI server (PITFALLS SRV-2, SRV-3).
+#include "server/api.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tokenizer/chat_template.h"
+
+namespace cortiq::server {
+namespace {
+
+ojson J(const char* s) {
+  return ojson::parse(s);
+}
+
+int status_of(const std::function<void()>& f, std::string* param = nullptr) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    if (param) *param = e.param.value_or("");
+    return e.status;
+  }
+  return 200;
+}
+
+TEST(ChatRequest, ContentPartsEqualStringForm) {  // SRV-2
+  auto parts =
+      parse_chat_request(J(R"({"messages":[{"role":"system","content":[{"type":"text","text":"Be brief."}]},
+      {"role":"user","content":[{"type":"text","text":"Hi"}]}]})"));
+  auto plain = parse_chat_request(J(R"({"messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":"Hi"}]})"));
+  EXPECT_EQ(parts.messages, plain.messages);
+  EXPECT_EQ(parts.messages[1]["content"], "Hi");
+  // Several parts: joined with "\n" (the documented rule).
+  auto multi = parse_chat_request(J(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})"));
+  EXPECT_EQ(multi.messages[0]["content"], "a\nb");
+}
+
+TEST(ChatRequest, ImagePartIsRejected) {  // SRV-2
+  std::string param;
+  EXPECT_EQ(
+      400,
+      status_of(
+          [] {
+            parse_chat_request(J(
+                R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})"));
+          },
+          &param));
+  EXPECT_EQ(param, "messages[0].content");
+}
+
+TEST(ChatRequest, NullOrMissingContentWithToolCalls) {  // SRV-3
+  const char* with_null =
+      R"({"messages":[{"role":"user","content":"Get the secret number"},{"role":"assistant","content":null,
+    "tool_calls":[{"id":"c1","type":"function","function":{"name":"get_secret_number","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"42.69"}]})";
+  const char* without = R"({"messages":[{"role":"user","content":"Get the secret number"},{"role":"assistant",
+    "tool_calls":[{"id":"c1","type":"function","function":{"name":"get_secret_number","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"42.69"}]})";
+  auto a = parse_chat_request(J(with_null));
+  auto b = parse_chat_request(J(without));
+  EXPECT_EQ(a.messages, b.messages);
+  EXPECT_EQ(a.messages[1]["content"], "");
+  EXPECT_TRUE(a.messages[1]["tool_calls"][0]["function"]["arguments"].is_object());  // string parsed
+  EXPECT_EQ(a.messages[2]["tool_call_id"], "c1");
+
+  const std::string cfg_path =
+      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-qwen3/tokenizer_config.json";
+  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
+  std::ifstream f(cfg_path);
+  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  for (const auto* r : {&a, &b}) {
+    ChatRequest cr;
+    cr.messages = r->messages;
+    EXPECT_EQ(
+        tpl.apply(cr),
+        "<|im_start|>user\nGet the secret number<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": "
+        "\"get_secret_number\", \"arguments\": "
+        "{}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42.69\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  }
+}
+
+TEST(ChatRequest, WrongTypesAndRangesAre400WithParam) {
+  struct Case {
+    const char* body;
+    const char* param;
+  } cases[] = {
+      {R"({"messages":"hi"})", "messages"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2.5})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+       "response_format"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", "top_logprobs"},
+      {R"({"messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"user","content":5}]})", "messages[0].content"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"cortiq":{"task":3}})", "cortiq.task"},
+  };
+  for (const auto& c : cases) {
+    std::string param;
+    EXPECT_EQ(400, status_of([&] { parse_chat_request(J(c.body)); }, &param)) << c.body;
+    EXPECT_EQ(param, c.param) << c.body;
+  }
+  EXPECT_EQ(400, status_of([] { parse_chat_request(J("[1,2]")); }));
+}
+
+TEST(ChatRequest, SamplingFields) {
+  auto r = parse_chat_request(J(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.5,
+      "top_p":0.8,"top_k":7,"min_p":0.1,"seed":42,"max_completion_tokens":9,"stop":"END","presence_penalty":0.5,
+      "frequency_penalty":0.25,"logprobs":true,"top_logprobs":2,"stream":true,"stream_options":{"include_usage":true},
+      "cortiq":{"task":"code"},"tool_choice":"none","tools":[{"type":"function","function":{"name":"f"}}]})"));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_FLOAT_EQ(r.sampling.sampler.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.sampler.top_p, 0.8f);
+  EXPECT_EQ(r.sampling.sampler.top_k, 7);
+  EXPECT_FLOAT_EQ(r.sampling.sampler.min_p, 0.1f);
+  EXPECT_EQ(r.sampling.sampler.seed, 42u);
+  EXPECT_FLOAT_EQ(r.sampling.sampler.repeat_penalty, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.sampler.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 0.25f);
+  EXPECT_EQ(r.sampling.max_tokens, 9u);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.sampling.logprobs);
+  EXPECT_EQ(r.sampling.top_logprobs, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.task, "code");
+  EXPECT_TRUE(r.tools.is_null());  // hidden by tool_choice none
+  // temperature 0 → the greedy chain (as `cortiq run --greedy`).
+  auto g = parse_chat_request(J(R"({"messages":[{"role":"user","content":"x"}],"temperature":0})"));
+  EXPECT_LT(g.sampling.sampler.temperature, 1e-6f);
+  EXPECT_FLOAT_EQ(g.sampling.sampler.repeat_penalty, 1.0f);
+  EXPECT_FALSE(g.sampling.max_tokens.has_value());
+}
+
+TEST(CompletionRequest, PromptForms) {
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"hi"})")).prompt_text, "hi");
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":["hi"]})")).prompt_text, "hi");
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":[1,2,3]})")).prompt_ids,
+            (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":[[4,5]]})")).prompt_ids, (std::vector<uint32_t>{4, 5}));
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x"})")).sampling.max_tokens,
+            16u);  // OpenAI legacy default
+  auto lp = parse_completion_request(J(R"({"prompt":"x","logprobs":3})"));
+  EXPECT_TRUE(lp.sampling.logprobs);
+  EXPECT_EQ(lp.sampling.top_logprobs, 3);
+  for (const char* b :
+       {R"({})", R"({"prompt":5})", R"({"prompt":[1,-1]})", R"({"prompt":[]})", R"({"prompt":["a","b"]})",
+        R"({"prompt":"x","logprobs":6})", R"({"prompt":"x","echo":1})"})
+    EXPECT_EQ(400, status_of([&] { parse_completion_request(J(b)); })) << b;
+}
+
+TEST(ToolCalls, QwenBlocks) {
+  auto p = parse_tool_calls(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+      true);
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(ojson::parse(p.calls[0].arguments), J(R"({"city":"Paris"})"));
+  EXPECT_EQ(p.calls[1].name, "get_time");
+  EXPECT_EQ(p.calls[1].arguments, "{}");
+  EXPECT_EQ(p.content, "Let me check.");
+  EXPECT_EQ(p.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_EQ(p.calls[0].id.size(), 29u);
+  EXPECT_NE(p.calls[0].id, p.calls[1].id);
+  // An unparseable block stays in the text.
+  auto bad = parse_tool_calls("<tool_call>\n{not json}\n</tool_call>", true);
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_EQ(bad.content, "<tool_call>\n{not json}\n</tool_call>");
+}
+
+TEST(ToolCalls, MistralBothForms) {
+  auto v3 = parse_tool_calls("[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}]", true);
+  ASSERT_EQ(v3.calls.size(), 1u);
+  EXPECT_EQ(v3.calls[0].name, "add");
+  EXPECT_EQ(ojson::parse(v3.calls[0].arguments), J(R"({"a":1,"b":2})"));
+  auto v11 = parse_tool_calls("[TOOL_CALLS]add[ARGS]{\"a\": 1}[TOOL_CALLS]neg[ARGS]{\"x\": 3}", true);
+  ASSERT_EQ(v11.calls.size(), 2u);
+  EXPECT_EQ(v11.calls[1].name, "neg");
+  EXPECT_EQ(ojson::parse(v11.calls[1].arguments), J(R"({"x":3})"));
+  EXPECT_TRUE(parse_tool_calls("[TOOL_CALLS] nonsense", true).calls.empty());
+}
+
+TEST(ToolCalls, Llama3BareJsonOnlyWithTools) {
+  const char* out = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+  auto p = parse_tool_calls(out, true);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(ojson::parse(p.calls[0].arguments), J(R"({"city":"Oslo"})"));
+  EXPECT_TRUE(parse_tool_calls(out, false).calls.empty());
+  EXPECT_EQ(parse_tool_calls(out, false).content, out);
+  auto two = parse_tool_calls(
+      "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"s\": "
+      "\";\"}}",
+      true);
+  ASSERT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.calls[1].name, "b");
+  EXPECT_TRUE(parse_tool_calls("{\"answer\": 42}", true).calls.empty());  // no name: plain content
+  EXPECT_TRUE(parse_tool_calls("Hello there", true).calls.empty());
+}
+
+TEST(ToolCalls, MarkupStartForStreaming) {
+  EXPECT_EQ(tool_markup_start("Hello <tool_call>{", false), 6u);
+  EXPECT_EQ(tool_markup_start("Hello <tool", false), 6u);  // marker prefix at the end: hold back
+  EXPECT_EQ(tool_markup_start("Hello <b>", false), std::string::npos);
+  EXPECT_EQ(tool_markup_start("  {\"name\"", true), 2u);
+  EXPECT_EQ(tool_markup_start("  {\"name\"", false), std::string::npos);
+  EXPECT_EQ(tool_markup_start("x [TOOL_C", false), 2u);
+}
+
+TEST(Errors, OpenAIShape) {
+  auto b = error_body(ApiError(400, "bad thing", "invalid_request_error", "temperature", "invalid_value"));
+  EXPECT_EQ(
+      b,
+      J(R"({"error":{"message":"bad thing","type":"invalid_request_error","param":"temperature","code":"invalid_value"}})"));
+  auto n = error_body(404, "no such route");
+  EXPECT_EQ(n["error"]["type"], "not_found_error");
+  EXPECT_TRUE(n["error"]["param"].is_null());
+  EXPECT_EQ(error_body(401, "x")["error"]["type"], "authentication_error");
+  EXPECT_EQ(error_body(500, "x")["error"]["type"], "server_error");
+  EXPECT_EQ(sse_event(J(R"({"a":1})")), "data: {\"a\":1}\n\n");
+}
+
+}  // namespace
+}  // namespace cortiq::server

@@ -1,0 +1,254 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace cortiq::server {
+
+void SerialBackend::run(std::span<StepItem> items) {
+  for (auto& it : items) {
+    if (it.mask != current_) {
+      m_.set_mask(it.mask);
+      current_ = it.mask;
+    }
+    m_.forward(it.tokens, *it.kv, it.logits, model::LogitsMode::Last);
+  }
+}
+
+struct Engine::Slot {
+  explicit Slot(const cmf::ModelArch& arch, size_t ctx, bool f16, size_t vocab)
+      : kv(arch, ctx, f16), logits(vocab) {}
+  model::KvCache kv;
+  std::vector<float> logits;
+  std::shared_ptr<Job> job;
+  std::optional<runtime::Sampler> sampler;
+  std::optional<IncrementalDecoder> dec;
+  std::vector<uint32_t> seen;  // prompt + generated
+  std::unordered_map<uint32_t, int> counts;
+  size_t generated = 0;
+  std::string full;
+  size_t emitted = 0, max_stop = 0;
+  bool prefilled = false;
+  uint32_t last = 0;
+  std::vector<TokenLogprob> pending_lp;
+};
+
+Engine::Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend)
+    : lm_(lm), opt_(opt) {
+  if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
+  if (lm.active_task != "off" && lm.reader && lm.reader->masks())
+    default_mask_ = lm.reader->masks()->find(lm.active_task);
+  backend_ = backend ? std::move(backend) : std::make_unique<SerialBackend>(*lm.model, default_mask_);
+  for (size_t i = 0; i < opt_.parallel; ++i)
+    slots_.push_back(std::make_unique<Slot>(lm.model->arch(), lm.ctx, lm.kv_f16, lm.model->vocab_size()));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool Engine::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    // A job may wait only when every slot is busy and the queue has room.
+    if (active_ + waiting_.size() >= opt_.parallel + opt_.queue) return false;
+    waiting_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return {active_, waiting_.size(), completed_};
+}
+
+void Engine::finish(Slot& s, const std::string& reason, const std::string& error) {
+  auto job = std::move(s.job);
+  s.job.reset();
+  s.sampler.reset();
+  s.dec.reset();
+  try {
+    if (job && job->on_done) job->on_done(reason, s.generated, error);
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  --active_;
+  ++completed_;
+}
+
+namespace {
+
+size_t utf8_safe_prefix(const std::string& s, size_t n) {
+  size_t i = n;
+  while (i > 0 && i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+TokenLogprob logprob_of(std::span<const float> logits, uint32_t id, int top) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob t;
+  t.id = id;
+  t.logprob = logits[id] - lse;
+  if (top > 0) {
+    std::vector<uint32_t> idx(logits.size());
+    for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    const size_t k = std::min<size_t>(static_cast<size_t>(top), idx.size());
+    std::partial_sort(
+        idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+        [&](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < k; ++i) t.top.emplace_back(idx[i], logits[idx[i]] - lse);
+  }
+  return t;
+}
+
+}  // namespace
+
+void Engine::loop() {
+  std::vector<Slot*> active;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || active_ > 0; });
+      if (stop_) break;
+      // Admit waiting jobs into free slots (joins happen between steps).
+      for (auto& s : slots_) {
+        if (waiting_.empty()) break;
+        if (s->job) continue;
+        s->job = std::move(waiting_.front());
+        waiting_.pop_front();
+        ++active_;
+        Slot& x = *s;
+        x.kv.truncate(0);
+        x.sampler.emplace(x.job->sampler);
+        if (lm_.tokenizer) x.dec.emplace(*lm_.tokenizer, true);
+        x.seen = x.job->prompt;
+        x.counts.clear();
+        x.generated = 0;
+        x.full.clear();
+        x.emitted = 0;
+        x.max_stop = 0;
+        for (const auto& st : x.job->stop) x.max_stop = std::max(x.max_stop, st.size());
+        x.prefilled = false;
+        x.pending_lp.clear();
+      }
+    }
+    active.clear();
+    for (auto& s : slots_)
+      if (s->job) {
+        if (s->job->cancel.load()) {
+          finish(*s, "cancelled");
+          continue;
+        }
+        active.push_back(s.get());
+      }
+    if (active.empty()) continue;
+
+    // One step: the forward of every active sequence (prefill for new ones, one token otherwise).
+    std::vector<StepItem> items;
+    items.reserve(active.size());
+    for (Slot* s : active) {
+      std::span<const uint32_t> toks =
+          s->prefilled ? std::span<const uint32_t>(&s->last, 1) : std::span<const uint32_t>(s->job->prompt);
+      items.push_back({&s->kv, toks, s->logits, s->job->mask});
+    }
+    std::vector<std::string> errors(active.size());
+    try {
+      backend_->run(items);
+    } catch (...) {
+      // Find the culprit(s): rerun one by one from a clean state is not possible once KV advanced,
+      // so every sequence of a failed step ends with an error.
+      std::string msg = "generation failed";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        msg = e.what();
+      }
+      for (Slot* s : active) finish(*s, "error", msg);
+      continue;
+    }
+
+    for (Slot* s : active) {
+      Job& job = *s->job;
+      s->prefilled = true;
+      std::span<float> logits(s->logits);
+      if (job.frequency_penalty != 0.0f)
+        for (const auto& [id, n] : s->counts) logits[id] -= job.frequency_penalty * static_cast<float>(n);
+      std::optional<TokenLogprob> lp;
+      const uint32_t next = [&] {
+        if (job.top_logprobs < 0) return s->sampler->sample(logits, s->seen);
+        std::vector<float> raw(logits.begin(), logits.end());
+        const uint32_t id = s->sampler->sample(logits, s->seen);
+        lp = logprob_of(raw, id, job.top_logprobs);
+        return id;
+      }();
+      ++s->generated;
+      ++s->counts[next];
+      s->seen.push_back(next);
+      s->last = next;
+      if (lp) s->pending_lp.push_back(std::move(*lp));
+      std::string reason;
+      const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
+      if (is_eos) {
+        reason = "stop";
+      } else if (s->dec) {
+        if (std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end()) {
+          s->full += s->dec->flush();
+          s->full += lm_.tokenizer->id_to_token(next);
+        } else {
+          s->full += s->dec->push(next);
+        }
+        size_t cut = std::string::npos;
+        for (const auto& st : job.stop) cut = std::min(cut, s->full.find(st));
+        if (cut != std::string::npos) {
+          s->full.resize(cut);
+          reason = "stop";
+        }
+      }
+      if (reason.empty() && s->generated >= job.max_tokens) reason = "length";
+      if (reason.empty() && s->kv.size() >= s->kv.capacity()) reason = "length";
+      if (!reason.empty() && s->dec && reason != "stop") s->full += s->dec->flush();
+      size_t upto;
+      if (!reason.empty()) {
+        upto = s->full.size();
+      } else {
+        const size_t hold = s->max_stop ? s->max_stop - 1 : 0;
+        upto = utf8_safe_prefix(s->full, s->full.size() >= hold ? s->full.size() - hold : 0);
+      }
+      if ((upto > s->emitted || !s->pending_lp.empty()) && job.on_text) {
+        try {
+          job.on_text(std::string_view(s->full).substr(s->emitted, upto > s->emitted ? upto - s->emitted : 0),
+                      std::move(s->pending_lp));
+        } catch (...) {
+          job.cancel = true;
+        }
+        s->pending_lp.clear();
+      }
+      s->emitted = std::max(s->emitted, upto);
+      if (!reason.empty()) finish(*s, reason);
+    }
+  }
+  // Shutdown: fail whatever is left.
+  for (auto& s : slots_)
+    if (s->job) finish(*s, "error", "server shutting down");
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& j : waiting_)
+    if (j->on_done) j->on_done("error", 0, "server shutting down");
+  waiting_.clear();
+}
+
+}  // namespace cortiq::server

@@ -1,0 +1,134 @@
+// The generation engine behind `cortiq serve`: N slots (each its own KV cache, sampler and RNG) over
+// one LoadedModel (one shared mmap), a bounded wait queue, and a step scheduler — continuous
+// batching: between steps finished sequences leave and waiting ones join; every step advances
+// every active sequence by one token (the first step of a sequence is its prefill).
+//
+// The forward pass of a step goes through a StepBackend. The Model API runs one sequence per
+// forward() call, so the default backend (SerialBackend) loops over the step's sequences; a backend
+// with a batched multi-sequence forward (one pass over the weights for the whole step) plugs in
+// without touching the scheduler.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cmf/masks.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace cortiq::server {
+
+/// One sequence's share of a step: run `tokens` at positions kv.size().. and write the last
+/// position's logits [vocab] into `logits`, under task mask `mask` (nullptr = none).
+struct StepItem {
+  model::KvCache* kv;
+  std::span<const uint32_t> tokens;
+  std::span<float> logits;
+  const cmf::TaskMask* mask;
+};
+
+/// Runs the forward passes of one scheduler step. Called from the engine thread only.
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  /// Runs every item; throws cortiq::Error for an item that cannot run (the engine then fails all
+  /// items of the step individually by retrying them one by one).
+  virtual void run(std::span<StepItem> items) = 0;
+};
+
+/// One Model::forward per item, switching the model's task mask when items differ.
+class SerialBackend : public StepBackend {
+ public:
+  /// `default_mask` is the mask load_model activated (nullptr = none).
+  SerialBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
+  void run(std::span<StepItem> items) override;
+
+ private:
+  model::Model& m_;
+  const cmf::TaskMask* current_;
+};
+
+/// Log-probability of a token and its top alternatives (natural log of the softmax of the model's
+/// logits, before any sampler transform — OpenAI semantics).
+struct TokenLogprob {
+  uint32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<uint32_t, float>> top;  ///< best first
+};
+
+/// A generation job. Callbacks run on the engine thread and must not block for long.
+struct Job {
+  std::vector<uint32_t> prompt;  ///< non-empty, < ctx tokens
+  runtime::SamplerParams sampler;
+  float frequency_penalty = 0.0f;
+  size_t max_tokens = 16;               ///< already capped by the context
+  std::vector<std::string> stop;        ///< stop strings (cut from the text)
+  int top_logprobs = -1;                ///< -1: no logprobs; 0..20 alternatives otherwise
+  const cmf::TaskMask* mask = nullptr;  ///< task mask for this sequence
+  /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
+  std::vector<uint32_t> keep_special;
+
+  /// Text that became final (never part of a stop string, UTF-8 complete), with the logprobs of the
+  /// tokens generated since the previous call.
+  std::function<void(std::string_view text, std::vector<TokenLogprob>&& lps)> on_text;
+  /// Called exactly once at the end. finish: "stop" | "length" | "cancelled" | "error".
+  std::function<void(const std::string& finish, size_t completion_tokens, const std::string& error)> on_done;
+
+  std::atomic<bool> cancel{false};  ///< set by any thread; honoured at the next step
+};
+
+/// Engine settings.
+struct EngineOptions {
+  size_t parallel = 1;  ///< slots (sequences decoding together)
+  size_t queue = 16;    ///< jobs allowed to wait for a slot
+};
+
+/// Counters (for /health and logs).
+struct EngineStats {
+  size_t active = 0, waiting = 0, completed = 0;
+};
+
+class Engine {
+ public:
+  /// Allocates `opt.parallel` KV caches of lm.ctx positions and starts the engine thread.
+  Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Queues a job; false when the wait queue is full (the caller answers 429).
+  bool submit(std::shared_ptr<Job> job);
+  EngineStats stats() const;
+  /// The mask load_model activated (nullptr = none).
+  const cmf::TaskMask* default_mask() const noexcept { return default_mask_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void finish(Slot& s, const std::string& reason, const std::string& error = {});
+
+  runtime::LoadedModel& lm_;
+  EngineOptions opt_;
+  std::unique_ptr<StepBackend> backend_;
+  const cmf::TaskMask* default_mask_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> waiting_;
+  size_t active_ = 0, completed_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cortiq::server

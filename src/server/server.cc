@@ -1,0 +1,758 @@
+#include "server/server.h"
+
+#include "util/error.h"
+
+#ifdef CORTIQ_WITH_HTTPLIB
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <mutex>
+
+#include "server/api.h"
+#include "server/engine.h"
+#include "tokenizer/chat_template.h"
+
+namespace cortiq::server {
+
+bool server_available() noexcept {
+  return true;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+int64_t unix_now() {
+  return static_cast<int64_t>(std::time(nullptr));
+}
+
+/// Events from the engine thread to an HTTP worker.
+struct Channel {
+  struct Event {
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    bool done = false;
+    std::string finish, error;
+    size_t completion_tokens = 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> q;
+
+  void push(Event e) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      q.push_back(std::move(e));
+    }
+    cv.notify_all();
+  }
+  /// Waits up to `ms` for the next event.
+  std::optional<Event> pop(int ms) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return !q.empty(); })) return std::nullopt;
+    Event e = std::move(q.front());
+    q.pop_front();
+    return e;
+  }
+};
+
+bool consteq(const std::string& a, const std::string& b) {
+  unsigned char d = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    d |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return d == 0 && !b.empty();
+}
+
+void send_json(httplib::Response& res, int status, const ojson& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, error_body(e));
+}
+
+ojson parse_body(const httplib::Request& req) {
+  if (req.body.empty()) throw ApiError(400, "the request body is empty (expected JSON)");
+  auto j = ojson::parse(req.body, nullptr, false);
+  if (j.is_discarded())
+    throw ApiError(400, "the request body is not valid JSON", "invalid_request_error", std::nullopt,
+                   "invalid_json");
+  return j;
+}
+
+class Service {
+ public:
+  explicit Service(const ServerOptions& opt) : opt_(opt), lm_(runtime::load_model(opt.model_path, opt.load)) {
+    if (!lm_.tokenizer)
+      fail(ErrorKind::Unsupported,
+           "'{}' has no tokenizer (vocab section or sidecar tokenizer.json): cannot serve text",
+           opt.model_path);
+    model_id_ = opt.alias.empty() ? lm_.model->arch().arch_name + "-cortiq" : opt.alias;
+    if (lm_.bundle.chat_template && !lm_.bundle.chat_template->empty()) {
+      std::optional<std::string> bos, eos;
+      if (lm_.bos_id) bos = lm_.tokenizer->id_to_token(*lm_.bos_id);
+      if (!lm_.bundle.eos_token_ids.empty()) eos = lm_.tokenizer->id_to_token(lm_.bundle.eos_token_ids[0]);
+      tmpl_.emplace(*lm_.bundle.chat_template, bos, eos);
+    }
+    for (const char* s : {"[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
+      if (auto id = lm_.tokenizer->token_to_id(s); id && lm_.tokenizer->is_special(*id))
+        keep_special_.push_back(*id);
+    engine_ = std::make_unique<Engine>(lm_, EngineOptions{opt.parallel, opt.queue});
+  }
+
+  const runtime::LoadedModel& lm() const { return lm_; }
+  Engine& engine() { return *engine_; }
+
+  void models(httplib::Response& res) {
+    ojson m = {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "cortiq"}};
+    send_json(res, 200, {{"object", "list"}, {"data", ojson::array({m})}});
+  }
+
+  void health(httplib::Response& res) {
+    const auto st = engine_->stats();
+    send_json(res, 200,
+              {{"status", "ok"},
+               {"model", model_id_},
+               {"slots", opt_.parallel},
+               {"active", st.active},
+               {"waiting", st.waiting},
+               {"capabilities", {{"tools", tmpl_ && tmpl_->source().find("tool") != std::string::npos}}}});
+  }
+
+  void masks(httplib::Response& res) {
+    ojson arr = ojson::array();
+    const auto* cat = lm_.reader->masks();
+    const auto& arch = lm_.model->arch();
+    if (cat)
+      for (const auto& m : cat->masks) {
+        ojson q_score = nullptr, q_metric = nullptr;
+        if (m.quality.is_object()) {
+          if (m.quality.contains("score")) q_score = m.quality["score"];
+          if (m.quality.contains("metric")) q_metric = m.quality["metric"];
+        } else if (m.quality.is_number()) {
+          q_score = m.quality;
+        }
+        size_t layers = 0;
+        for (uint32_t l = 0; l < arch.num_layers; ++l) layers += m.gate(l) ? 1 : 0;
+        double neurons = 0;
+        if (m.ffn.rows()) neurons = static_cast<double>(m.ffn.count()) / m.ffn.rows();
+        arr.push_back({{"task_id", m.task_id},
+                       {"name", m.name},
+                       {"sparsity", m.sparsity},
+                       {"quality_score", q_score},
+                       {"quality_metric", q_metric},
+                       {"active_layers", layers},
+                       {"active_neurons_avg", neurons},
+                       {"has_hot_pack", m.has_hot_pack},
+                       {"active", m.name == lm_.active_task}});
+      }
+    send_json(res, 200, {{"default_task", lm_.active_task}, {"masks", arr}});
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    const ojson b = parse_body(req);
+    if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    std::vector<uint32_t> ids;
+    if (b.contains("messages")) {
+      ojson cb = b;
+      auto r = parse_chat_request(cb);
+      ids = lm_.tokenizer->encode(render(r), false);
+    } else {
+      const char* key = b.contains("content") ? "content" : b.contains("prompt") ? "prompt" : "text";
+      auto it = b.find(key);
+      if (it == b.end() || !it->is_string())
+        throw ApiError(400, "'content' must be a string", "invalid_request_error", "content");
+      bool add_special = true;
+      if (auto a = b.find("add_special"); a != b.end() && !a->is_null()) {
+        if (!a->is_boolean())
+          throw ApiError(400, "'add_special' must be a boolean", "invalid_request_error", "add_special");
+        add_special = a->get<bool>();
+      }
+      const std::string s = it->get<std::string>();
+      ids = add_special ? lm_.encode_raw(s) : lm_.tokenizer->encode(s, false);
+    }
+    send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    const ojson b = parse_body(req);
+    if (!b.is_object() || !b.contains("tokens") || !b["tokens"].is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "invalid_request_error", "tokens");
+    std::vector<uint32_t> ids;
+    for (const auto& x : b["tokens"]) {
+      if (!x.is_number_integer() && !x.is_number_unsigned())
+        throw ApiError(400, "'tokens' must be an array of token ids", "invalid_request_error", "tokens");
+      const int64_t v = x.get<int64_t>();
+      if (v < 0 || static_cast<uint64_t>(v) >= lm_.tokenizer->vocab_size())
+        throw ApiError(400, "token id " + std::to_string(v) + " is out of the vocabulary",
+                       "invalid_request_error", "tokens");
+      ids.push_back(static_cast<uint32_t>(v));
+    }
+    send_json(res, 200, {{"content", lm_.tokenizer->decode(ids, true)}});
+  }
+
+  // ---- generation -------------------------------------------------------------------------
+
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    const ojson b = parse_body(req);
+    auto r = parse_chat_request(b);
+    const std::string text = render(r);
+    auto job = make_job(lm_.tokenizer->encode(text, false), r.sampling, r.task);
+    const bool tools = !r.tools.is_null();
+    const std::string model = r.model.empty() ? model_id_ : r.model;
+    const std::string id = random_id("chatcmpl-");
+    const int64_t created = unix_now();
+    const size_t prompt_tokens = job->prompt.size();
+    auto ch = attach(job);
+    if (!engine_->submit(job)) throw busy();
+    if (!r.stream) {
+      Channel::Event done;
+      std::string out;
+      ojson lps = ojson::array();
+      for (;;) {
+        auto e = ch->pop(1000);
+        if (!e) continue;
+        if (e->done) {
+          done = std::move(*e);
+          break;
+        }
+        out += e->text;
+        for (const auto& t : e->lps) lps.push_back(chat_logprob(t));
+      }
+      if (done.finish == "error") throw ApiError(500, "generation failed: " + done.error, "server_error");
+      ojson msg = {{"role", "assistant"}};
+      std::string finish = done.finish;
+      ToolParse tp{out, {}};
+      if (tools) tp = parse_tool_calls(out, true);
+      msg["content"] =
+          tp.calls.empty() ? ojson(out) : (tp.content.empty() ? ojson(nullptr) : ojson(tp.content));
+      if (!tp.calls.empty()) {
+        msg["tool_calls"] = tool_calls_json(tp.calls, false);
+        finish = "tool_calls";
+      }
+      msg["refusal"] = nullptr;
+      ojson choice = {{"index", 0}, {"message", msg}};
+      choice["logprobs"] =
+          r.sampling.logprobs ? ojson({{"content", lps}, {"refusal", nullptr}}) : ojson(nullptr);
+      choice["finish_reason"] = finish;
+      send_json(res, 200,
+                {{"id", id},
+                 {"object", "chat.completion"},
+                 {"created", created},
+                 {"model", model},
+                 {"choices", ojson::array({choice})},
+                 {"usage", usage(prompt_tokens, done.completion_tokens)},
+                 {"system_fingerprint", nullptr}});
+      return;
+    }
+    // Streaming.
+    struct St {
+      bool started = false, finished = false, tools = false, include_usage = false, logprobs = false;
+      std::string full;  // everything generated
+      size_t sent = 0;   // bytes of `full` sent as content
+    };
+    auto st = std::make_shared<St>();
+    st->tools = tools;
+    st->include_usage = r.include_usage;
+    st->logprobs = r.sampling.logprobs;
+    auto base = [id, created, model, st](ojson choices) {
+      ojson c = {{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+                 {"model", model}, {"system_fingerprint", nullptr},     {"choices", std::move(choices)}};
+      if (st->include_usage) c["usage"] = nullptr;
+      return c;
+    };
+    auto delta_chunk = [base](ojson delta, ojson logprobs, ojson finish) {
+      ojson ch0 = {{"index", 0},
+                   {"delta", std::move(delta)},
+                   {"logprobs", std::move(logprobs)},
+                   {"finish_reason", std::move(finish)}};
+      return base(ojson::array({ch0}));
+    };
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st, ch, job, delta_chunk, base, prompt_tokens](size_t, httplib::DataSink& sink) -> bool {
+          auto write = [&](const std::string& s) {
+            if (!sink.write(s.data(), s.size())) {
+              job->cancel = true;
+              return false;
+            }
+            return true;
+          };
+          if (!st->started) {
+            st->started = true;
+            if (!write(sse_event(delta_chunk({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}},
+                                             nullptr, nullptr))))
+              return false;
+          }
+          auto e = ch->pop(100);
+          if (!e) {
+            if (sink.is_writable && !sink.is_writable()) {
+              job->cancel = true;
+              return false;
+            }
+            return true;
+          }
+          if (!e->done) {
+            st->full += e->text;
+            size_t upto = st->full.size();
+            if (st->tools) upto = std::min(upto, tool_markup_start(st->full, true));
+            ojson lp = nullptr;
+            if (st->logprobs && !e->lps.empty()) {
+              ojson arr = ojson::array();
+              for (const auto& t : e->lps) arr.push_back(chat_logprob(t));
+              lp = {{"content", arr}, {"refusal", nullptr}};
+            }
+            if (upto > st->sent || !lp.is_null()) {
+              const std::string piece =
+                  upto > st->sent ? st->full.substr(st->sent, upto - st->sent) : std::string();
+              st->sent = std::max(st->sent, upto);
+              if (!write(sse_event(delta_chunk({{"content", piece}}, lp, nullptr)))) return false;
+            }
+            return true;
+          }
+          // Done.
+          if (e->finish == "error") {
+            write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
+            write("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          }
+          std::string finish = e->finish;
+          if (st->tools) {
+            auto tp = parse_tool_calls(std::string_view(st->full), true);
+            if (!tp.calls.empty()) {
+              finish = "tool_calls";
+              if (!write(sse_event(
+                      delta_chunk({{"tool_calls", tool_calls_json(tp.calls, true)}}, nullptr, nullptr))))
+                return false;
+            } else if (st->full.size() > st->sent) {
+              if (!write(sse_event(delta_chunk({{"content", st->full.substr(st->sent)}}, nullptr, nullptr))))
+                return false;
+            }
+          }
+          if (!write(sse_event(delta_chunk(ojson::object(), nullptr, finish)))) return false;
+          if (st->include_usage) {
+            ojson u = base(ojson::array());
+            u["usage"] = usage(prompt_tokens, e->completion_tokens);
+            if (!write(sse_event(u))) return false;
+          }
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        },
+        [job](bool) { job->cancel = true; });
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    const ojson b = parse_body(req);
+    auto r = parse_completion_request(b);
+    std::vector<uint32_t> ids;
+    if (r.prompt_text) {
+      ids = lm_.encode_raw(*r.prompt_text);
+    } else {
+      ids = *r.prompt_ids;
+      for (uint32_t v : ids)
+        if (v >= lm_.model->vocab_size())
+          throw ApiError(400,
+                         "token id " + std::to_string(v) + " is out of the vocabulary (" +
+                             std::to_string(lm_.model->vocab_size()) + ")",
+                         "invalid_request_error", "prompt");
+    }
+    auto job = make_job(std::move(ids), r.sampling, r.task);
+    const std::string model = r.model.empty() ? model_id_ : r.model;
+    const std::string id = random_id("cmpl-");
+    const int64_t created = unix_now();
+    const size_t prompt_tokens = job->prompt.size();
+    const std::string echo =
+        r.echo ? (r.prompt_text ? *r.prompt_text : lm_.tokenizer->decode(job->prompt, true)) : "";
+    auto ch = attach(job);
+    if (!engine_->submit(job)) throw busy();
+    const bool want_lp = r.sampling.logprobs;
+    if (!r.stream) {
+      std::string out = echo;
+      ojson lp = {{"tokens", ojson::array()},
+                  {"token_logprobs", ojson::array()},
+                  {"top_logprobs", ojson::array()},
+                  {"text_offset", ojson::array()}};
+      size_t offset = out.size();
+      Channel::Event done;
+      for (;;) {
+        auto e = ch->pop(1000);
+        if (!e) continue;
+        if (e->done) {
+          done = std::move(*e);
+          break;
+        }
+        out += e->text;
+        for (const auto& t : e->lps) add_completion_logprob(lp, t, offset);
+      }
+      if (done.finish == "error") throw ApiError(500, "generation failed: " + done.error, "server_error");
+      ojson choice = {{"text", out},
+                      {"index", 0},
+                      {"logprobs", want_lp ? lp : ojson(nullptr)},
+                      {"finish_reason", done.finish}};
+      send_json(res, 200,
+                {{"id", id},
+                 {"object", "text_completion"},
+                 {"created", created},
+                 {"model", model},
+                 {"choices", ojson::array({choice})},
+                 {"usage", usage(prompt_tokens, done.completion_tokens)},
+                 {"system_fingerprint", nullptr}});
+      return;
+    }
+    struct St {
+      bool echoed = false;
+      size_t offset = 0;
+    };
+    auto st = std::make_shared<St>();
+    st->offset = echo.size();
+    const bool include_usage = r.include_usage;
+    auto chunk = [id, created, model, include_usage](const std::string& text, ojson lp, ojson finish) {
+      ojson c = {{"id", id},
+                 {"object", "text_completion"},
+                 {"created", created},
+                 {"model", model},
+                 {"system_fingerprint", nullptr},
+                 {"choices", ojson::array({{{"text", text},
+                                            {"index", 0},
+                                            {"logprobs", std::move(lp)},
+                                            {"finish_reason", std::move(finish)}}})}};
+      if (include_usage) c["usage"] = nullptr;
+      return c;
+    };
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st, ch, job, chunk, echo, want_lp, include_usage, id, created, model, prompt_tokens](
+            size_t, httplib::DataSink& sink) -> bool {
+          auto write = [&](const std::string& s) {
+            if (!sink.write(s.data(), s.size())) {
+              job->cancel = true;
+              return false;
+            }
+            return true;
+          };
+          if (!st->echoed) {
+            st->echoed = true;
+            if (!echo.empty() && !write(sse_event(chunk(echo, nullptr, nullptr)))) return false;
+          }
+          auto e = ch->pop(100);
+          if (!e) {
+            if (sink.is_writable && !sink.is_writable()) {
+              job->cancel = true;
+              return false;
+            }
+            return true;
+          }
+          if (!e->done) {
+            ojson lp = nullptr;
+            if (want_lp) {
+              lp = {{"tokens", ojson::array()},
+                    {"token_logprobs", ojson::array()},
+                    {"top_logprobs", ojson::array()},
+                    {"text_offset", ojson::array()}};
+              for (const auto& t : e->lps) add_completion_logprob(lp, t, st->offset);
+            }
+            return write(sse_event(chunk(e->text, lp, nullptr)));
+          }
+          if (e->finish == "error") {
+            write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
+          } else {
+            if (!write(sse_event(chunk("", nullptr, e->finish)))) return false;
+            if (include_usage) {
+              ojson u = {{"id", id},
+                         {"object", "text_completion"},
+                         {"created", created},
+                         {"model", model},
+                         {"system_fingerprint", nullptr},
+                         {"choices", ojson::array()},
+                         {"usage", usage(prompt_tokens, e->completion_tokens)}};
+              if (!write(sse_event(u))) return false;
+            }
+          }
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        },
+        [job](bool) { job->cancel = true; });
+  }
+
+ private:
+  static ApiError busy() {
+    return ApiError(429, "the server is busy: every slot is in use and the wait queue is full; retry later",
+                    "rate_limit_error", std::nullopt, "queue_full");
+  }
+
+  static ojson usage(size_t p, size_t c) {
+    return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  }
+
+  std::string render(const ChatCompletionRequest& r) {
+    if (!tmpl_) throw ApiError(400, "this model has no chat template: use /v1/completions with a raw prompt");
+    ChatRequest cr;
+    cr.messages = r.messages;
+    cr.tools = r.tools;
+    cr.enable_thinking = r.enable_thinking;
+    try {
+      return tmpl_->apply(cr);
+    } catch (const Error& e) {
+      throw ApiError(400, "the chat template rejected the messages: " + e.message());
+    }
+  }
+
+  const cmf::TaskMask* resolve_task(const std::optional<std::string>& task) {
+    if (!task || *task == lm_.active_task) return engine_->default_mask();
+    if (*task == "off") return nullptr;
+    const auto* cat = lm_.reader->masks();
+    const cmf::TaskMask* m = cat ? cat->find(*task) : nullptr;
+    if (!m) {
+      std::string names;
+      if (cat)
+        for (const auto& x : cat->masks) {
+          if (!names.empty()) names += ", ";
+          names += x.name;
+        }
+      throw ApiError(
+          404, "unknown task '" + *task + "'; available: " + (names.empty() ? "(none)" : names) + ", off",
+          "not_found_error", "cortiq.task", "task_not_found");
+    }
+    return m;
+  }
+
+  std::shared_ptr<Job> make_job(std::vector<uint32_t> prompt, const SamplingOptions& s,
+                                const std::optional<std::string>& task) {
+    if (prompt.empty())
+      throw ApiError(400, "the prompt is empty (0 tokens)", "invalid_request_error", "prompt");
+    const size_t ctx = lm_.ctx;
+    if (prompt.size() >= ctx)
+      throw ApiError(400,
+                     "the prompt is " + std::to_string(prompt.size()) + " tokens but the context is " +
+                         std::to_string(ctx) + " tokens",
+                     "invalid_request_error", "messages", "context_length_exceeded");
+    auto job = std::make_shared<Job>();
+    job->mask = resolve_task(task);
+    job->prompt = std::move(prompt);
+    job->sampler = s.sampler;
+    job->frequency_penalty = s.frequency_penalty;
+    const size_t room = ctx - job->prompt.size();
+    job->max_tokens = std::min(room, s.max_tokens.value_or(room));
+    job->stop = s.stop;
+    job->top_logprobs = s.logprobs ? s.top_logprobs : -1;
+    job->keep_special = keep_special_;
+    return job;
+  }
+
+  static std::shared_ptr<Channel> attach(const std::shared_ptr<Job>& job) {
+    auto ch = std::make_shared<Channel>();
+    job->on_text = [ch](std::string_view t, std::vector<TokenLogprob>&& lps) {
+      Channel::Event e;
+      e.text = std::string(t);
+      e.lps = std::move(lps);
+      ch->push(std::move(e));
+    };
+    job->on_done = [ch](const std::string& finish, size_t n, const std::string& err) {
+      Channel::Event e;
+      e.done = true;
+      e.finish = finish;
+      e.error = err;
+      e.completion_tokens = n;
+      ch->push(std::move(e));
+    };
+    return ch;
+  }
+
+  std::string piece(uint32_t id) const {
+    const uint32_t one[1] = {id};
+    return lm_.tokenizer->decode(one, false);
+  }
+
+  ojson chat_logprob(const TokenLogprob& t) const {
+    auto entry = [&](uint32_t id, float lp) {
+      const std::string s = piece(id);
+      ojson bytes = ojson::array();
+      for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+      return ojson{{"token", s}, {"logprob", lp}, {"bytes", bytes}};
+    };
+    ojson e = entry(t.id, t.logprob);
+    ojson top = ojson::array();
+    for (const auto& [id, lp] : t.top) top.push_back(entry(id, lp));
+    e["top_logprobs"] = top;
+    return e;
+  }
+
+  void add_completion_logprob(ojson& lp, const TokenLogprob& t, size_t& offset) const {
+    const std::string s = piece(t.id);
+    lp["tokens"].push_back(s);
+    lp["token_logprobs"].push_back(t.logprob);
+    ojson top = ojson::object();
+    for (const auto& [id, v] : t.top) top[piece(id)] = v;
+    lp["top_logprobs"].push_back(top);
+    lp["text_offset"].push_back(offset);
+    offset += s.size();
+  }
+
+  static ojson tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
+    ojson arr = ojson::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      ojson c = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+      if (indexed) c["index"] = i;
+      arr.push_back(c);
+    }
+    return arr;
+  }
+
+  ServerOptions opt_;
+  runtime::LoadedModel lm_;
+  std::string model_id_;
+  int64_t created_ = unix_now();
+  std::optional<ChatTemplate> tmpl_;
+  std::vector<uint32_t> keep_special_;
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace
+
+int run_server(const ServerOptions& opt) {
+  // Block the stop signals in every thread; a watcher thread waits for them (no async handler).
+  sigset_t stopset;
+  sigemptyset(&stopset);
+  sigaddset(&stopset, SIGINT);
+  sigaddset(&stopset, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stopset, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Service svc(opt);
+  httplib::Server http;
+  const size_t workers = opt.parallel + opt.queue + 8;
+  http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  http.set_payload_max_length(opt.max_body_bytes);
+  http.set_keep_alive_max_count(1000);
+  http.set_read_timeout(30, 0);
+  http.set_write_timeout(30, 0);
+
+  auto wrap = [&opt](auto fn) {
+    return [fn, &opt](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = clock_type::now();
+      try {
+        fn(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const Error& e) {
+        const int status = e.kind() == ErrorKind::InvalidArgument ? 400 : 500;
+        send_error(res,
+                   ApiError(status, e.message(), status == 400 ? "invalid_request_error" : "server_error"));
+      } catch (const std::exception& e) {
+        send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+      }
+      if (opt.log_requests)
+        std::fprintf(stderr, "%s %s -> %d (%.1f ms)\n", req.method.c_str(), req.path.c_str(), res.status,
+                     std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+    };
+  };
+
+  const std::string key = opt.api_key;
+  http.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+    if (key.empty() || req.path == "/health" || req.path == "/healthz")
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string h = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + key;
+    if (consteq(h, want)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(
+        res,
+        ApiError(401, h.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
+                 "authentication_error", std::nullopt, "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg;
+    switch (res.status) {
+      case 404:
+        msg = "no such route";
+        break;
+      case 405:
+        msg = "method not allowed";
+        break;
+      case 413:
+        msg = "request body too large";
+        break;
+      case 400:
+        msg = "malformed HTTP request";
+        break;
+      default:
+        msg = "HTTP error " + std::to_string(res.status);
+    }
+    res.set_content(error_body(res.status, msg).dump(), "application/json");
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, ApiError(500, "internal error", "server_error"));
+  });
+
+  http.Get("/health", wrap([&](const httplib::Request&, httplib::Response& res) { svc.health(res); }));
+  http.Get("/healthz", wrap([&](const httplib::Request&, httplib::Response& res) { svc.health(res); }));
+  http.Get("/v1/models", wrap([&](const httplib::Request&, httplib::Response& res) { svc.models(res); }));
+  http.Get("/v1/cortiq/masks",
+           wrap([&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }));
+  http.Post("/tokenize",
+            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }));
+  http.Post("/detokenize",
+            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.detokenize(q, res); }));
+  http.Post("/v1/chat/completions",
+            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.chat(q, res); }));
+  http.Post("/v1/completions",
+            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.completions(q, res); }));
+
+  int port = opt.port;
+  if (port == 0) {
+    port = http.bind_to_any_port(opt.host);
+    if (port < 0) fail(ErrorKind::Io, "cannot bind {} on any port", opt.host);
+  } else if (!http.bind_to_port(opt.host, port)) {
+    fail(ErrorKind::Io, "cannot bind {}:{} (in use, or not an address of this machine)", opt.host, port);
+  }
+  std::fprintf(stderr, "Ready: %s | Task: %s | Slots: %zu | Context: %zu tokens%s\n",
+               svc.lm().model->arch().arch_name.c_str(), svc.lm().active_task.c_str(), opt.parallel,
+               svc.lm().ctx, opt.api_key.empty() ? "" : " | API key required");
+  std::printf("Listening on http://%s:%d\n", opt.host.c_str(), port);
+  std::fflush(stdout);
+
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&stopset, &sig);
+    http.stop();
+  });
+  http.listen_after_bind();
+  // listen returned: either a signal stopped it (watcher done) or it failed; wake the watcher.
+  if (watcher.joinable()) {
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+  }
+  return 0;
+}
+
+}  // namespace cortiq::server
+
+#else  // built without cpp-httplib
+
+namespace cortiq::server {
+bool server_available() noexcept {
+  return false;
+}
+int run_server(const ServerOptions&) {
+  fail(ErrorKind::Unsupported,
+       "this build has no HTTP server: configure with cpp-httplib (pkg-config cpp-httplib) and "
+       "CORTIQ_WITH_HTTPLIB");
+}
+}  // namespace cortiq::server
+
+#endif

@@ -1,0 +1,41 @@
+// `cortiq serve`: the OpenAI-compatible HTTP server (issue 7). Routes:
+//   POST /v1/chat/completions, POST /v1/completions (stream via Server-Sent Events),
+//   GET /v1/models, GET /health (also /healthz), POST /tokenize, POST /detokenize,
+//   GET /v1/cortiq/masks; per-request task mask via {"cortiq": {"task": NAME}}.
+// Security: binds 127.0.0.1 unless `host` says otherwise; with an API key every route but the
+// health check requires `Authorization: Bearer KEY` (401 otherwise); bodies over max_body_bytes
+// get 413; a full wait queue 429; all errors are OpenAI error JSON.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "runtime/session.h"
+
+namespace cortiq::server {
+
+/// Server settings (`cortiq serve` flags).
+struct ServerOptions {
+  std::string model_path;     ///< .cmf file
+  runtime::LoadOptions load;  ///< threads, ctx, kv_f16, default task
+  std::string host = "127.0.0.1";
+  int port = 8080;                   ///< 0 = any free port (printed on the Listening line)
+  std::string api_key;               ///< "" = no authentication
+  size_t parallel = 1;               ///< sequences decoding together (KV caches)
+  size_t queue = 16;                 ///< requests allowed to wait for a slot (then 429)
+  size_t max_body_bytes = 8u << 20;  ///< request body limit (413 above)
+  std::string alias;                 ///< model id in /v1/models ("" = "<arch_name>-cortiq")
+  bool log_requests = false;         ///< one stderr line per request
+};
+
+/// Whether this build has the HTTP server (cpp-httplib linked).
+bool server_available() noexcept;
+
+/// Loads the model, binds, prints `Listening on http://HOST:PORT` (stdout, flushed) and serves
+/// until SIGINT/SIGTERM. Returns 0 on a clean stop. Throws cortiq::Error for a model that cannot
+/// load, Error(Io) when the address cannot be bound, Error(Unsupported) when built without
+/// cpp-httplib.
+int run_server(const ServerOptions& opt);
+
+}  // namespace cortiq::server

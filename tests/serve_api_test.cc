@@ -1,0 +1,409 @@
+// `cortiq serve` end to end (issue 7 §4): the embedded stories260K model is converted with a small
+// chat template; the engine is checked directly (greedy parity with Session under concurrent
+// steps, queue bound, cancellation); then the server is started on a loopback port and driven by
+// raw HTTP (errors, limits, auth) and by the official `openai` npm client (tests/clients/,
+// skipped when `npm ci` has not been run there).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "runtime/session.h"
+#include "server/engine.h"
+#include "server/server.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string sh(const std::string& cmd, int* rc = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int r = pclose(p);
+  if (rc) *rc = r;
+  return out;
+}
+
+// A tiny chat template (the stories tokenizer has none) that also renders tool calls.
+const char* kTemplate =
+    "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for tc in m.tool_calls %}[call {{ "
+    "tc.function.name }} {{ tc.function.arguments | tojson }}]{% endfor %}{% else %}{{ m.content }}{% endif "
+    "%}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+struct Http {
+  int status = 0;
+  std::string body;
+  json j() const { return json::parse(body, nullptr, false); }
+};
+
+// One HTTP/1.1 request over a fresh loopback connection (Connection: close).
+Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+          const std::string& extra_headers = "") {
+  Http r;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return r;
+  }
+  std::string req =
+      method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
+  if (!body.empty() || method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  size_t off = 0;
+  while (off < req.size()) {
+    const ssize_t w = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (w <= 0) break;  // the server may answer (413) before reading everything
+    off += static_cast<size_t>(w);
+  }
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (resp.size() < 12) return r;
+  r.status = std::stoi(resp.substr(9, 3));
+  const size_t h = resp.find("\r\n\r\n");
+  std::string raw = h == std::string::npos ? "" : resp.substr(h + 4);
+  if (resp.substr(0, h).find("Transfer-Encoding: chunked") != std::string::npos) {
+    std::string out;
+    size_t p = 0;
+    while (p < raw.size()) {
+      const size_t e = raw.find("\r\n", p);
+      if (e == std::string::npos) break;
+      const size_t len = std::stoul(raw.substr(p, e - p), nullptr, 16);
+      if (len == 0) break;
+      out += raw.substr(e + 2, len);
+      p = e + 2 + len + 2;
+    }
+    raw = out;
+  }
+  r.body = raw;
+  return r;
+}
+
+class ServeE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K";
+    if (!fs::exists(hf / "model.safetensors")) return;
+    dir_ = fs::temp_directory_path() / ("cortiq_serve_" + std::to_string(::getpid()));
+    fs::create_directories(dir_ / "hf");
+    for (const auto& e : fs::directory_iterator(hf))
+      fs::create_symlink(e.path(), dir_ / "hf" / e.path().filename());
+    std::ofstream(dir_ / "hf" / "chat_template.jinja") << kTemplate;
+    model_ = (dir_ / "chat.cmf").string();
+    int rc = 0;
+    const std::string out = sh(std::string(CORTIQ_CLI_PATH) + " convert " + (dir_ / "hf").string() + " -o " +
+                                   model_ + " --quant f32 2>&1",
+                               &rc);
+    ok_ = rc == 0;
+    if (!ok_) std::fprintf(stderr, "convert failed: %s\n", out.c_str());
+  }
+  static void TearDownTestSuite() {
+    stop_server();
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // `cortiq run --greedy` text and token count (the footer's "[N tokens").
+  static std::pair<std::string, size_t> run_greedy(const std::string& prompt, size_t n, bool raw) {
+    const fs::path err = dir_ / "run.err";
+    std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run " + model_ + (raw ? " --raw" : "") + " -p '" +
+                         prompt + "' --greedy -n " + std::to_string(n) + " --threads 1 2>" + err.string());
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    std::ifstream f(err);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string e = ss.str();
+    const size_t b = e.find("\n[");
+    size_t toks = b == std::string::npos ? 0 : std::stoul(e.substr(b + 2));
+    return {out, toks};
+  }
+
+  static void start_server(const std::string& args) {
+    const fs::path out = dir_ / "serve.out";
+    fs::remove(out);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string cmd = std::string("exec ") + CORTIQ_CLI_PATH + " serve " + model_ + " --port 0 " +
+                              args + " >" + out.string() + " 2>" + (dir_ / "serve.err").string();
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::ifstream f(out);
+      std::string line;
+      if (std::getline(f, line) && line.rfind("Listening on http://127.0.0.1:", 0) == 0)
+        port_ = std::stoi(line.substr(line.rfind(':') + 1));
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  static void stop_server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+      pid_ = -1;
+      port_ = 0;
+    }
+  }
+  static bool alive() {
+    return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0 && http(port_, "GET", "/health").status == 200;
+  }
+
+  static inline fs::path dir_;
+  static inline std::string model_;
+  static inline bool ok_ = false;
+  static inline pid_t pid_ = -1;
+  static inline int port_ = 0;
+};
+
+// ---- the engine directly ---------------------------------------------------------------------
+
+// Records step sizes; optionally holds every step until released.
+class GateBackend : public cortiq::server::StepBackend {
+ public:
+  GateBackend(cortiq::model::Model& m, bool hold) : inner_(m, nullptr), hold_(hold) {}
+  void run(std::span<cortiq::server::StepItem> items) override {
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      max_items = std::max(max_items, items.size());
+      ++steps;
+      cv.notify_all();
+      cv.wait(lk, [&] { return !hold_; });
+    }
+    inner_.run(items);
+  }
+  void release() {
+    std::lock_guard<std::mutex> g(mu);
+    hold_ = false;
+    cv.notify_all();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t max_items = 0, steps = 0;
+
+ private:
+  cortiq::server::SerialBackend inner_;
+  bool hold_;
+};
+
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text, finish;
+  size_t tokens = 0;
+  bool done = false;
+};
+
+std::shared_ptr<cortiq::server::Job> make_job(const cortiq::runtime::LoadedModel& lm,
+                                              const std::string& prompt, size_t n,
+                                              std::shared_ptr<Collected> c) {
+  auto j = std::make_shared<cortiq::server::Job>();
+  j->prompt = lm.encode_raw(prompt);
+  j->sampler = cortiq::runtime::SamplerParams::greedy();
+  j->max_tokens = n;
+  j->on_text = [c](std::string_view t, std::vector<cortiq::server::TokenLogprob>&&) {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->text += t;
+  };
+  j->on_done = [c](const std::string& f, size_t k, const std::string&) {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->finish = f;
+    c->tokens = k;
+    c->done = true;
+    c->cv.notify_all();
+  };
+  return j;
+}
+
+void wait_done(Collected& c) {
+  std::unique_lock<std::mutex> lk(c.mu);
+  ASSERT_TRUE(c.cv.wait_for(lk, std::chrono::seconds(60), [&] { return c.done; }));
+}
+
+TEST_F(ServeE2E, EngineConcurrentGreedyEqualsSession) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  auto lm = cortiq::runtime::load_model(model_, {});
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat", "Lily wanted", "One day, a big"};
+  std::vector<cortiq::runtime::GenerateResult> want;
+  for (const auto& p : prompts) {
+    cortiq::runtime::Session s(lm);
+    cortiq::runtime::GenerateParams gp;
+    gp.max_tokens = 40;
+    gp.sampler = cortiq::runtime::SamplerParams::greedy();
+    want.push_back(s.generate(lm.encode_raw(p), gp));
+  }
+  auto backend = std::make_unique<GateBackend>(*lm.model, true);
+  GateBackend* gate = backend.get();
+  cortiq::server::Engine eng(lm, {4, 0}, std::move(backend));
+  std::vector<std::shared_ptr<Collected>> got;
+  for (const auto& p : prompts) {
+    got.push_back(std::make_shared<Collected>());
+    ASSERT_TRUE(eng.submit(make_job(lm, p, 40, got.back())));
+  }
+  gate->release();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    wait_done(*got[i]);
+    EXPECT_EQ(got[i]->text, want[i].text) << prompts[i];
+    EXPECT_EQ(got[i]->tokens, want[i].ids.size());
+    EXPECT_EQ(got[i]->finish, want[i].finish == "max_tokens" ? "length" : want[i].finish);
+  }
+  // The four sequences advanced together (one step served all of them).
+  EXPECT_EQ(gate->max_items, 4u);
+}
+
+TEST_F(ServeE2E, EngineQueueBoundAndCancel) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  auto lm = cortiq::runtime::load_model(model_, {});
+  auto backend = std::make_unique<GateBackend>(*lm.model, true);
+  GateBackend* gate = backend.get();
+  cortiq::server::Engine eng(lm, {1, 1}, std::move(backend));
+  auto a = std::make_shared<Collected>(), b = std::make_shared<Collected>(),
+       c = std::make_shared<Collected>();
+  auto ja = make_job(lm, "Once upon a time", 8, a);
+  ASSERT_TRUE(eng.submit(ja));
+  {  // wait until job a is in its first (held) step
+    std::unique_lock<std::mutex> lk(gate->mu);
+    gate->cv.wait(lk, [&] { return gate->steps >= 1; });
+  }
+  auto jb = make_job(lm, "The cat", 8, b);
+  EXPECT_TRUE(eng.submit(jb));                           // waits in the queue
+  EXPECT_FALSE(eng.submit(make_job(lm, "Lily", 8, c)));  // queue full → 429
+  EXPECT_EQ(eng.stats().waiting, 1u);
+  ja->cancel = true;  // honoured at the next step
+  gate->release();
+  wait_done(*a);
+  EXPECT_EQ(a->finish, "cancelled");
+  EXPECT_LE(a->tokens, 1u);
+  wait_done(*b);
+  EXPECT_EQ(b->finish, "length");
+  EXPECT_EQ(b->tokens, 8u);
+}
+
+// ---- the HTTP server -------------------------------------------------------------------------
+
+TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 2 --queue 4 --threads 1 --api-key sekret --max-body 65536");
+  ASSERT_GT(port_, 0) << "server did not start";
+  const std::string auth = "Authorization: Bearer sekret\r\n";
+  EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // no key needed
+
+  auto r = http(port_, "GET", "/v1/models");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.j()["error"]["type"], "authentication_error");
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "Authorization: Bearer nope\r\n").status, 401);
+  r = http(port_, "GET", "/v1/models", "", auth);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.j()["data"][0]["id"], "llama-cortiq");
+
+  r = http(port_, "POST", "/v1/chat/completions", "{\"messages\": [", auth);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.j()["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(alive());
+
+  r = http(port_, "POST", "/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"hi"}],"top_p":"x"})", auth);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.j()["error"]["param"], "top_p");
+
+  r = http(port_, "POST", "/v1/completions", R"({"prompt":[1,99999]})", auth);
+  EXPECT_EQ(r.status, 400);
+
+  r = http(port_, "POST", "/v1/completions", "{\"prompt\":\"" + std::string(70000, 'x') + "\"}", auth);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(r.j()["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(alive());
+
+  r = http(port_, "GET", "/nope", "", auth);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.j()["error"]["type"], "not_found_error");
+
+  // Greedy completion through the API equals `cortiq run --raw --greedy`.
+  const auto [text, toks] = run_greedy("Once upon a time", 30, true);
+  r = http(port_, "POST", "/v1/completions",
+           R"({"prompt":"Once upon a time","temperature":0,"max_tokens":30})", auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["text"], text);
+  EXPECT_EQ(r.j()["usage"]["completion_tokens"], toks);
+
+  // SSE stream: role chunk first, [DONE] last.
+  r = http(
+      port_, "POST", "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}})",
+      auth);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.rfind("data: {", 0), 0u);
+  EXPECT_NE(r.body.find("\"delta\":{\"role\":\"assistant\""), std::string::npos);
+  EXPECT_NE(r.body.find("\"choices\":[],"), std::string::npos);
+  const std::string tail = "data: [DONE]\n\n";
+  ASSERT_GE(r.body.size(), tail.size());
+  EXPECT_EQ(r.body.substr(r.body.size() - tail.size()), tail);
+  stop_server();
+}
+
+TEST_F(ServeE2E, OfficialOpenAIClient) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  const fs::path clients = fs::path(CORTIQ_SOURCE_DIR) / "tests" / "clients";
+  int rc = 0;
+  sh("node --version >/dev/null 2>&1", &rc);
+  if (rc != 0 || !fs::exists(clients / "node_modules" / "openai"))
+    GTEST_SKIP() << "node or tests/clients/node_modules missing (run `npm ci` in tests/clients)";
+
+  json expect;
+  const size_t n = 24;
+  auto [ct, cn] = run_greedy("Tell me a story", n, false);
+  expect["chat"] = {{"prompt", "Tell me a story"}, {"n", n}, {"text", ct}, {"tokens", cn}};
+  expect["completions"] = json::array();
+  for (const char* p : {"Once upon a time", "The little dog", "Tom and Sue", "One day"}) {
+    auto [t, k] = run_greedy(p, n, true);
+    expect["completions"].push_back({{"prompt", p}, {"n", n}, {"text", t}, {"tokens", k}});
+  }
+  expect["max_body"] = 65536;
+  expect["ctx"] = 512;
+  std::ofstream(dir_ / "expect.json") << expect.dump();
+
+  start_server("--parallel 4 --queue 8 --threads 1 --api-key sekret --max-body 65536");
+  ASSERT_GT(port_, 0) << "server did not start";
+  const std::string out = sh(
+      "cd " + clients.string() + " && CORTIQ_BASE=http://127.0.0.1:" + std::to_string(port_) +
+          " CORTIQ_KEY=sekret CORTIQ_EXPECT=" + (dir_ / "expect.json").string() + " node api_test.mjs 2>&1",
+      &rc);
+  std::printf("%s", out.c_str());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(alive());
+  stop_server();
+}
+
+}  // namespace
