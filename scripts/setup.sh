@@ -18,6 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The OpenAI-client end-to-end tests drive `cortiq serve` with the official npm package.
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/clients/node_modules ]; then
+  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error || echo "setup: npm ci failed; serve client tests will skip"
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${CORTIQ_CMAKE_FLAGS:-}
 cmake --build build -j"$(nproc)"
 echo "setup: built build/cortiq"
