@@ -132,7 +132,13 @@ void run_info(const InfoOpts& o) {
     std::printf("  Head:        %s %s\n", std::string(quant::dtype_name(head->dtype)).c_str(),
                 shape_str(head->shape).c_str());
   std::printf("  Tensors:     %zu\n", r.tensors().size());
-  std::printf("  Params:      %.2fB\n", params / 1e9);
+  // Billions as the reference prints them; small models in millions/thousands so they don't read 0.00B.
+  if (params >= 1e9)
+    std::printf("  Params:      %.2fB\n", params / 1e9);
+  else if (params >= 1e6)
+    std::printf("  Params:      %.2fM\n", params / 1e6);
+  else
+    std::printf("  Params:      %.2fK\n", params / 1e3);
   std::printf("  Masks:       %zu\n", n_masks);
   std::printf("  Tokenizer:   %s\n", tok.c_str());
   std::printf("  MTP:         %s\n", mtp.c_str());
