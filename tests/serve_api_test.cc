@@ -208,7 +208,7 @@ class GateBackend : public cortiq::server::StepBackend {
   size_t max_items = 0, steps = 0;
 
  private:
-  cortiq::server::SerialBackend inner_;
+  cortiq::server::BatchedBackend inner_;  // the default backend: one forward_batch per step
   bool hold_;
 };
 

@@ -19,6 +19,27 @@ void SerialBackend::run(std::span<StepItem> items) {
   }
 }
 
+void BatchedBackend::run(std::span<StepItem> items) {
+  // Groups in order of first appearance; the group of the currently active mask runs first so a
+  // step whose sequences share one mask never calls set_mask.
+  std::vector<const cmf::TaskMask*> order;
+  for (const auto& it : items)
+    if (std::find(order.begin(), order.end(), it.mask) == order.end()) order.push_back(it.mask);
+  auto cur = std::find(order.begin(), order.end(), current_);
+  if (cur != order.end()) std::rotate(order.begin(), cur, cur + 1);
+  std::vector<model::SeqStep> steps;
+  for (const cmf::TaskMask* mask : order) {
+    steps.clear();
+    for (auto& it : items)
+      if (it.mask == mask) steps.push_back({it.tokens, it.kv, it.logits});
+    if (mask != current_) {
+      m_.set_mask(mask);
+      current_ = mask;
+    }
+    m_.forward_batch(steps);
+  }
+}
+
 struct Engine::Slot {
   explicit Slot(const cmf::ModelArch& arch, size_t ctx, bool f16, size_t vocab)
       : kv(arch, ctx, f16), logits(vocab) {}
@@ -42,7 +63,7 @@ Engine::Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_p
   if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   if (lm.active_task != "off" && lm.reader && lm.reader->masks())
     default_mask_ = lm.reader->masks()->find(lm.active_task);
-  backend_ = backend ? std::move(backend) : std::make_unique<SerialBackend>(*lm.model, default_mask_);
+  backend_ = backend ? std::move(backend) : std::make_unique<BatchedBackend>(*lm.model, default_mask_);
   for (size_t i = 0; i < opt_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(lm.model->arch(), lm.ctx, lm.kv_f16, lm.model->vocab_size()));
   thread_ = std::thread([this] { loop(); });

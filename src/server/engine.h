@@ -3,10 +3,9 @@
 // batching: between steps finished sequences leave and waiting ones join; every step advances
 // every active sequence by one token (the first step of a sequence is its prefill).
 //
-// The forward pass of a step goes through a StepBackend. The Model API runs one sequence per
-// forward() call, so the default backend (SerialBackend) loops over the step's sequences; a backend
-// with a batched multi-sequence forward (one pass over the weights for the whole step) plugs in
-// without touching the scheduler.
+// The forward pass of a step goes through a StepBackend. The default, BatchedBackend, runs the
+// whole step as one Model::forward_batch per distinct task mask (one pass over the weights serves
+// every active sequence); SerialBackend (one Model::forward per sequence) is kept as the reference.
 #pragma once
 
 #include <atomic>
@@ -52,6 +51,20 @@ class SerialBackend : public StepBackend {
  public:
   /// `default_mask` is the mask load_model activated (nullptr = none).
   SerialBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
+  void run(std::span<StepItem> items) override;
+
+ private:
+  model::Model& m_;
+  const cmf::TaskMask* current_;
+};
+
+/// Continuous batching: groups the step's items by task mask (the model holds one active mask)
+/// and runs each group as ONE Model::forward_batch — a single pass over the weights for all its
+/// sequences. Results are bit-identical to SerialBackend (Model::forward_batch contract).
+class BatchedBackend : public StepBackend {
+ public:
+  /// `default_mask` is the mask load_model activated (nullptr = none).
+  BatchedBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
   void run(std::span<StepItem> items) override;
 
  private:

@@ -1,0 +1,205 @@
+// Model::forward_batch (continuous batching): several sequences of different lengths and positions
+// in one call must give, for each sequence, logits and KV caches bit-identical to Model::forward on
+// that sequence alone. The tiny checkpoints are the forward-parity ones (tests/golden/forward/
+// <family>.json, regenerated with the oracle's deterministic generator, as in
+// forward_parity_test.cc); their correctness against the oracle is asserted there, so equality with
+// forward() is the whole contract here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "quant/codec.h"
+#include "util/error.h"
+
+namespace cortiq::model {
+namespace {
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
+// Mirror of fwd_oracle.py gen_tensor (f32 arithmetic, SplitMix64 per tensor).
+std::vector<float> gen_tensor(uint64_t seed, const std::string& name, const std::vector<uint64_t>& shape,
+                              const std::string& init) {
+  uint64_t n = 1;
+  for (auto d : shape) n *= d;
+  uint64_t st = seed ^ fnv1a64(name);
+  std::vector<float> v(n);
+  uint64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  const float a = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
+  for (uint64_t i = 0; i < n; ++i) {
+    st += 0x9E3779B97F4A7C15ull;
+    uint64_t z = st;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / 16777216.0f;
+    float x = u * 2.0f - 1.0f;
+    if (init == "mat")
+      x = x * a;
+    else if (init == "norm1")
+      x = 1.0f + x * 0.1f;
+    else if (init == "norm0" || init == "bias")
+      x = x * 0.1f;
+    v[i] = x;
+  }
+  return v;
+}
+
+struct Case {
+  nlohmann::json g;
+  cmf::ModelArch arch;
+  MemoryTensorSource src;
+  std::vector<uint32_t> prompt;
+};
+
+// `quant`: when set, every matrix with cols % 32 == 0 is stored in that dtype (the serving path:
+// quantized weights, default matmul mode).
+std::unique_ptr<Case> load_case(const std::string& fam, std::optional<quant::DType> quant = std::nullopt) {
+  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/forward/" + fam + ".json");
+  if (!f) return nullptr;
+  auto c = std::make_unique<Case>();
+  c->g = nlohmann::json::parse(f);
+  c->arch = cmf::arch_from_json(c->g["cmf_arch"]);
+  for (const auto& t : c->g["tensors"]) {
+    const auto shape = t["shape"].get<std::vector<uint64_t>>();
+    auto v = gen_tensor(c->g["seed"], t["name"], shape, t["init"]);
+    if (quant && shape.size() == 2 && shape[1] % 32 == 0 && v.size() >= 32)
+      c->src.add(t["name"], *quant, shape, quant::encode(*quant, shape, v));
+    else
+      c->src.add_f32(t["name"], shape, v);
+  }
+  c->prompt = c->g["prompt"].get<std::vector<uint32_t>>();
+  return c;
+}
+
+uint32_t argmax(const std::vector<float>& v) {
+  uint32_t b = 0;
+  for (uint32_t j = 1; j < v.size(); ++j)
+    if (v[j] > v[b]) b = j;
+  return b;
+}
+
+// Three sequences: A decodes 1 token after a 5-token history, B prefills the whole prompt from
+// an empty cache, C runs a 3-token chunk after a 2-token history. Then 6 batched greedy decode
+// steps. Every logit is compared exactly with a per-sequence forward() on separate caches.
+void check_batch_equals_serial(Model& m, const std::vector<uint32_t>& prompt) {
+  ASSERT_GE(prompt.size(), 6u);
+  const size_t V = m.vocab_size();
+  const auto& arch = m.arch();
+  std::vector<uint32_t> histA(prompt.begin(), prompt.begin() + 5),
+      histC(prompt.rbegin(), prompt.rbegin() + 2);
+  std::vector<std::vector<uint32_t>> now = {{prompt[5]}, prompt, {prompt[1], prompt[3], prompt[0]}};
+  // batched caches and reference caches with the same history
+  std::vector<KvCache> kb, kr;
+  for (int i = 0; i < 3; ++i) {
+    kb.emplace_back(arch, 64);
+    kr.emplace_back(arch, 64);
+  }
+  std::vector<float> scratch(V);
+  for (auto* kv : {&kb[0], &kr[0]}) m.forward(histA, *kv, scratch);
+  for (auto* kv : {&kb[2], &kr[2]}) m.forward(histC, *kv, scratch);
+
+  std::vector<std::vector<float>> lb(3, std::vector<float>(V)), lr(3, std::vector<float>(V));
+  for (int step = 0; step < 7; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<SeqStep> steps;
+    for (size_t s = 0; s < 3; ++s) steps.push_back({now[s], &kb[s], lb[s]});
+    m.forward_batch(steps);
+    for (size_t s = 0; s < 3; ++s) {
+      m.forward(now[s], kr[s], lr[s]);
+      ASSERT_EQ(kb[s].size(), kr[s].size());
+      for (size_t i = 0; i < V; ++i) ASSERT_EQ(lb[s][i], lr[s][i]) << "seq " << s << " logit " << i;
+    }
+    for (size_t s = 0; s < 3; ++s) now[s] = {argmax(lb[s])};
+  }
+}
+
+class Batch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Batch, BitIdenticalToPerSequenceForward) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c) << "golden missing";
+  auto m = Model::bind(c->arch, c->src, {2});
+  check_batch_equals_serial(*m, c->prompt);
+}
+
+TEST_P(Batch, BitIdenticalUnderATaskMask) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {2});
+  cmf::TaskMask mask = cmf::make_full_mask(c->arch, "t", 0, c->arch.moe.has_value());
+  mask.layer_gates.set(0, c->g["skip_layer"].get<uint32_t>(), false);
+  mask.heads.set(0, 0, false);
+  if (mask.ffn.cols() > 1) mask.ffn.set(0, 1, false);
+  m->set_mask(&mask);
+  ASSERT_TRUE(m->has_mask());
+  check_batch_equals_serial(*m, c->prompt);
+}
+
+TEST_P(Batch, BitIdenticalWithQuantizedWeights) {
+  auto c = load_case(GetParam(), quant::DType::Q4TP);
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {3});
+  check_batch_equals_serial(*m, c->prompt);
+}
+
+// Dense with biases (qwen2), q/k norms (qwen3), sliding window + softcaps + sandwich norms
+// (gemma2), MoE with a shared expert (qwen2_moe).
+INSTANTIATE_TEST_SUITE_P(Families, Batch, ::testing::Values("qwen2", "qwen3", "gemma2", "qwen2_moe"));
+
+TEST(BatchForward, StepWithoutLogitsStillAdvancesItsCache) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {1});
+  const size_t V = m->vocab_size();
+  KvCache a(c->arch, 32), b(c->arch, 32), ref(c->arch, 32);
+  std::vector<float> la(V), lr(V);
+  const std::vector<uint32_t> chunk1(c->prompt.begin(), c->prompt.begin() + 3),
+      chunk2(c->prompt.begin() + 3, c->prompt.end());
+  // chunked prefill of `a` (first chunk without logits) next to a decode of `b`
+  std::vector<uint32_t> one = {c->prompt[0]};
+  std::vector<SeqStep> s1 = {{chunk1, &a, {}}, {one, &b, lr}};
+  m->forward_batch(s1);
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(b.size(), 1u);
+  std::vector<SeqStep> s2 = {{chunk2, &a, la}};
+  m->forward_batch(s2);
+  m->forward(c->prompt, ref, lr);
+  EXPECT_EQ(la, lr);
+}
+
+TEST(BatchForward, InvalidBatchIsRejectedBeforeAnyCacheMoves) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {1});
+  const size_t V = m->vocab_size();
+  KvCache a(c->arch, 8), small(c->arch, 2);
+  std::vector<float> l1(V), l2(V), shortl(V - 1);
+  std::vector<uint32_t> tok = {c->prompt[0]}, three = {1, 2, 3}, bad = {static_cast<uint32_t>(V + 100)};
+  auto expect_invalid = [&](std::vector<SeqStep> steps) {
+    try {
+      m->forward_batch(steps);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+    }
+    EXPECT_EQ(a.size(), 0u);
+    EXPECT_EQ(small.size(), 0u);
+  };
+  expect_invalid({{tok, &a, l1}, {three, &small, l2}});  // overflow in the 2nd step
+  expect_invalid({{tok, &a, l1}, {tok, &a, l2}});        // shared cache
+  expect_invalid({{tok, &a, l1}, {{}, &small, l2}});     // no tokens
+  expect_invalid({{tok, &a, l1}, {bad, &small, l2}});    // token id out of range
+  expect_invalid({{tok, &a, shortl}});                   // logits too short
+  expect_invalid({{tok, nullptr, l1}});                  // no cache
+}
+
+}  // namespace
+}  // namespace cortiq::model
