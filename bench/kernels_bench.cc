@@ -179,16 +179,18 @@ int main(int argc, char** argv) {
           if (p == Path::Ref) b->MinTime(0.05);
         }
       }
-  for (DType t : {DType::F16, DType::Q8Row, DType::Q4Tiled, DType::Q4TP})
-    for (bool exact : {true, false})
-      for (size_t th : {1, 2}) {
-        if (!cortiq::kernels::simd_supported(t)) continue;
-        const std::string name = "matmul_n64/" + std::string(cortiq::quant::dtype_name(t)) + "/4864x896/" +
-                                 (exact ? "exact" : "int8") + "/threads:" + std::to_string(th);
-        benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, 4864, 896, 64, exact, th)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
-      }
+  for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
+    for (DType t : {DType::F16, DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4TP, DType::Q2TP})
+      for (bool exact : {true, false})
+        for (size_t th : {1, 2}) {
+          if (!cortiq::kernels::simd_supported(t)) continue;
+          const std::string name = "matmul_n64/" + std::string(cortiq::quant::dtype_name(t)) + "/" +
+                                   std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + "/" +
+                                   (exact ? "exact" : "int8") + "/threads:" + std::to_string(th);
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh.rows, sh.cols, 64, exact, th)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

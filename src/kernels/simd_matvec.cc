@@ -203,27 +203,60 @@ BlockState& block_state() {
   return s;
 }
 
+/// Transposes the 16×16 matrix in[c] (lane i) into out[i·stride + c].
+CQ_AVX512 void transpose16(const __m512* in, float* out, size_t stride) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 v = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88),
+                 w = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512 w2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    _mm512_storeu_ps(out + j * stride, _mm512_shuffle_f32x4(v, v2, 0x88));
+    _mm512_storeu_ps(out + (4 + j) * stride, _mm512_shuffle_f32x4(w, w2, 0x88));
+    _mm512_storeu_ps(out + (8 + j) * stride, _mm512_shuffle_f32x4(v, v2, 0xDD));
+    _mm512_storeu_ps(out + (12 + j) * stride, _mm512_shuffle_f32x4(w, w2, 0xDD));
+  }
+}
+
 /// Ladders and padded code rows of rows [r0, r0+n) (q4tp/q2tp), as quant::q4tp_ladder /
-/// q2tp_ladder compute them: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32.
-void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) {
+/// q2tp_ladder compute them: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32. The
+/// 16 rows' chains run in the 16 lanes of one vector (same f32 products), then are transposed.
+CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) {
+  static_assert(kRowBlock == 16, "one ladder lane per row");
   const float* e2 = exp2_f16_table();
   const bool q2 = pl.t == DType::Q2TP;
-  float ratio[kRowBlock], cur[kRowBlock];
-  for (uint64_t i = 0; i < n; ++i) {
-    cur[i] = e2[pl.tp.lo_f16(r0 + i)];
-    ratio[i] = e2[pl.tp.step_f16(r0 + i)];
-    if (q2) {
-      st.lad[i][0] = 0.0f;
-      st.lad[i][1] = cur[i];
-    } else {
-      st.lad[i][0] = cur[i];
-    }
+  alignas(64) float c0[16], rt[16];
+  for (uint64_t i = 0; i < 16; ++i) {
+    c0[i] = i < n ? e2[pl.tp.lo_f16(r0 + i)] : 1.0f;
+    rt[i] = i < n ? e2[pl.tp.step_f16(r0 + i)] : 1.0f;
   }
-  for (int c = q2 ? 2 : 1; c < 32; ++c)
-    for (uint64_t i = 0; i < n; ++i) {
-      cur[i] *= ratio[i];
-      st.lad[i][c] = cur[i];
-    }
+  __m512 cur = _mm512_load_ps(c0);
+  const __m512 ratio = _mm512_load_ps(rt);
+  __m512 lad[32];
+  int c = 1;
+  if (q2) {
+    lad[0] = _mm512_setzero_ps();
+    lad[1] = cur;
+    c = 2;
+  } else {
+    lad[0] = cur;
+  }
+  for (; c < 32; ++c) {
+    cur = _mm512_mul_ps(cur, ratio);
+    lad[c] = cur;
+  }
+  transpose16(lad, &st.lad[0][0], 32);
+  transpose16(lad + 16, &st.lad[0][16], 32);
   const uint64_t crb = pl.tp.code_row_bytes;
   st.code_stride = crb + 8;
   if (st.codes.size() < kRowBlock * st.code_stride) st.codes.resize(kRowBlock * st.code_stride);
@@ -263,48 +296,82 @@ struct LdBF16 {
   }
 };
 
-template <class L>
-CQ_AVX512 float dot_exact(const L& w, const float* x, uint64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/// R weight rows × T activation rows of exact dots: out[k·T + t] = Σ_c w[k](c)·x[t][c]. Per output
+/// the arithmetic is fixed whatever R and T are: 16-column chunk j accumulates with FMA into
+/// accumulator j mod 4 (a masked FMA for the tail chunk), then (a0+a1)+(a2+a3) and
+/// _mm512_reduce_add_ps — so matvec (R = T = 1) and batched results are bit-identical.
+template <int R, int T, class L>
+CQ_AVX512 void dot_exact_tile(const L* w, const float* const* x, uint64_t n, float* out) {
+  __m512 a[R][T][4];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t)
+      for (int q = 0; q < 4; ++q) a[k][t][q] = _mm512_setzero_ps();
   uint64_t c = 0;
-  for (; c + 64 <= n; c += 64) {
-    a0 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a0);
-    a1 = _mm512_fmadd_ps(w.ld(c + 16), _mm512_loadu_ps(x + c + 16), a1);
-    a2 = _mm512_fmadd_ps(w.ld(c + 32), _mm512_loadu_ps(x + c + 32), a2);
-    a3 = _mm512_fmadd_ps(w.ld(c + 48), _mm512_loadu_ps(x + c + 48), a3);
-  }
-  if (c + 16 <= n) {
-    a0 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a0);
-    c += 16;
-    if (c + 16 <= n) {
-      a1 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a1);
-      c += 16;
-      if (c + 16 <= n) {
-        a2 = _mm512_fmadd_ps(w.ld(c), _mm512_loadu_ps(x + c), a2);
-        c += 16;
+  for (; c + 64 <= n; c += 64)
+    for (int q = 0; q < 4; ++q) {
+      __m512 wv[R];
+      for (int k = 0; k < R; ++k) wv[k] = w[k].ld(c + 16 * q);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_loadu_ps(x[t] + c + 16 * q);
+        for (int k = 0; k < R; ++k) a[k][t][q] = _mm512_fmadd_ps(wv[k], xv, a[k][t][q]);
       }
     }
-  }
+  // Up to three more full chunks (indices 0, 1, 2 mod 4), then a masked tail chunk.
+  for (int q = 0; q < 3; ++q)
+    if (c + 16 <= n) {
+      __m512 wv[R];
+      for (int k = 0; k < R; ++k) wv[k] = w[k].ld(c);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_loadu_ps(x[t] + c);
+        for (int k = 0; k < R; ++k) a[k][t][q] = _mm512_fmadd_ps(wv[k], xv, a[k][t][q]);
+      }
+      c += 16;
+    }
   if (c < n) {
     const __mmask16 m = mask16(n - c);
-    const __m512 t = _mm512_mul_ps(w.ldm(c, m), _mm512_maskz_loadu_ps(m, x + c));
-    // the tail chunk index is c/16; keep the k mod 4 assignment
-    switch ((c / 16) & 3) {
-      case 0:
-        a0 = _mm512_add_ps(a0, t);
-        break;
-      case 1:
-        a1 = _mm512_add_ps(a1, t);
-        break;
-      case 2:
-        a2 = _mm512_add_ps(a2, t);
-        break;
-      default:
-        a3 = _mm512_add_ps(a3, t);
-        break;
+    const int qt = static_cast<int>((c / 16) & 3);
+    for (int q = 0; q < 4; ++q)
+      if (q == qt) {
+        __m512 wv[R];
+        for (int k = 0; k < R; ++k) wv[k] = w[k].ldm(c, m);
+        for (int t = 0; t < T; ++t) {
+          const __m512 xv = _mm512_maskz_loadu_ps(m, x[t] + c);
+          for (int k = 0; k < R; ++k) a[k][t][q] = _mm512_fmadd_ps(wv[k], xv, a[k][t][q]);
+        }
+      }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t)
+      out[k * T + t] = _mm512_reduce_add_ps(
+          _mm512_add_ps(_mm512_add_ps(a[k][t][0], a[k][t][1]), _mm512_add_ps(a[k][t][2], a[k][t][3])));
+}
+
+template <class L>
+CQ_AVX512 float dot_exact(const L& w, const float* x, uint64_t n) {
+  float out;
+  dot_exact_tile<1, 1>(&w, &x, n, &out);
+  return out;
+}
+
+/// Y[i·y_stride + j0 + k] for k < rc, i < n from rc row loaders, in R×T tiles; tails padded by
+/// repeating the last row/token and dropping those outputs.
+template <int R, int T, class L, class MakeL>
+CQ_AVX512 void block_exact_rt(MakeL make, uint64_t rc, const float* x, uint64_t cols, size_t n, float* y,
+                              size_t y_stride, uint64_t j0) {
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    L w[R];
+    for (int k = 0; k < R; ++k) w[k] = make(std::min<uint64_t>(k0 + k, rc - 1));
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (size_t i0 = 0; i0 < n; i0 += T) {
+      const float* xs[T];
+      for (int t = 0; t < T; ++t) xs[t] = x + std::min<size_t>(i0 + t, n - 1) * cols;
+      float out[R * T];
+      dot_exact_tile<R, T>(w, xs, cols, out);
+      const size_t tn = std::min<size_t>(T, n - i0);
+      for (uint64_t k = 0; k < kn; ++k)
+        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
     }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 /// 32 weights (nibbles 0..15 in 16 bytes, element 2k low / 2k+1 high) → (nib − 8)·s as f32.
@@ -416,103 +483,15 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
       f0 = _mm512_add_ps(f0, t_);                                     \
   } while (0)
 
-CQ_AVX512 float dot_q8(const int8_t* w, uint64_t cols, const QAct& a) {
-  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
-  const uint64_t nsb = (cols + 63) / 64;
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const __m512i wv = s * 64 + 64 <= cols ? _mm512_loadu_si512(w + 64 * s)
-                                           : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w + 64 * s);
-    const __m512i i = _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), _mm512_xor_si512(wv, x80),
-                                          _mm512_loadu_si512(a.xq + 64 * s));
-    CQ_ACC(s, i, _mm512_loadu_ps(a.d + 16 * s));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
-}
-
 /// Lane → group-within-superblock shift amounts for 5-bit codes: NIB (4 lanes/group), Q2 (2).
 CQ_AVX512 inline __m512 ladder_scales(const float* lad, uint32_t bits_lo, uint32_t bits_hi, bool q2) {
   const __m512i sh = q2 ? _mm512_setr_epi32(0, 0, 5, 5, 10, 10, 15, 15, 0, 0, 5, 5, 10, 10, 15, 15)
                         : _mm512_setr_epi32(0, 0, 0, 0, 5, 5, 5, 5, 10, 10, 10, 10, 15, 15, 15, 15);
-  const __m512i v = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(bits_lo)),
-                                            _mm512_set1_epi32(static_cast<int>(bits_hi)));
+  const __m512i v = q2 ? _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(bits_lo)),
+                                                 _mm512_set1_epi32(static_cast<int>(bits_hi)))
+                       : _mm512_set1_epi32(static_cast<int>(bits_lo));
   const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(31));
   return _mm512_permutex2var_ps(_mm512_loadu_ps(lad), idx, _mm512_loadu_ps(lad + 16));
-}
-
-/// NIB family: groups of 16 nibble bytes; `nib(g)` gives group g's bytes, the scale vector comes
-/// from f16 scales (q4_tiled, q4_block) or the ladder (q4tp).
-CQ_AVX512 float dot_nib(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
-  const uint64_t gpr = pl.gpr, nsb = (gpr + 3) / 4;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
-  const uint8_t* cr = pl.t == DType::Q4TP ? st.codes.data() + i * st.code_stride : nullptr;
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const uint64_t g0 = 4 * s, ng = std::min<uint64_t>(4, gpr - g0);
-    __m512i v;
-    __m512 sw;
-    if (pl.t == DType::Q4Tiled) {
-      const uint8_t* t = pl.p + 18 * (r * gpr + g0);
-      uint16_t h[4] = {0, 0, 0, 0};
-      __m128i b[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
-      for (uint64_t k = 0; k < ng; ++k) {
-        h[k] = load_le<uint16_t>(t + 18 * k);
-        b[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 18 * k + 2));
-      }
-      v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[1], b[0])),
-                             _mm256_set_m128i(b[3], b[2]), 1);
-      uint64_t hv;
-      std::memcpy(&hv, h, 8);
-      sw = _mm512_permutexvar_ps(
-          expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(hv)))));
-    } else if (pl.t == DType::Q4Block) {
-      const uint64_t fg = r * gpr + g0;
-      v = _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.p + 16 * fg);
-      const __m128i hs = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u), pl.scales + 2 * fg);
-      sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(hs)));
-    } else {  // Q4TP
-      v = _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.tp.row_weights(r) + 16 * g0);
-      uint32_t bits;
-      std::memcpy(&bits, cr + (20 * s) / 8, 4);
-      bits >>= (20 * s) % 8;
-      sw = ladder_scales(st.lad[i], bits, bits, false);  // 4 groups = 20 bits
-    }
-    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    __m512i acc =
-        _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), lo, _mm512_loadu_si512(a.xq + 128 * s));
-    acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(a.xq + 128 * s + 64));
-    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
-}
-
-CQ_AVX512 float dot_q2(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
-  const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
-  const uint8_t* w = pl.tp.row_weights(r);
-  const uint8_t* cr = st.codes.data() + i * st.code_stride;
-  const __m512i m6 = _mm512_set1_epi8(6);
-  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const uint64_t g0 = 8 * s, ng = std::min<uint64_t>(8, gpr - g0);
-    const __m512i v =
-        ng == 8 ? _mm512_loadu_si512(w + 8 * g0) : _mm512_maskz_loadu_epi8(mask64(8 * ng), w + 8 * g0);
-    const int8_t* xq = a.xq + 256 * s;
-    __m512i acc = _mm512_loadu_si512(a.bias + 16 * s);
-    acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_slli_epi16(v, 1), m6), _mm512_loadu_si512(xq));
-    acc =
-        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 1), m6), _mm512_loadu_si512(xq + 64));
-    acc =
-        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 3), m6), _mm512_loadu_si512(xq + 128));
-    acc =
-        _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 5), m6), _mm512_loadu_si512(xq + 192));
-    uint64_t bits;
-    std::memcpy(&bits, cr + 5 * s, 8);  // 8 codes = 40 bits starting at byte 5s
-    const __m512 sw =
-        ladder_scales(st.lad[i], static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 20), true);
-    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
 }
 
 CQ_AVX512 float dot_q1(const Plan& pl, uint64_t r, const QAct& a) {
@@ -538,23 +517,9 @@ CQ_AVX512 float dot_q1(const Plan& pl, uint64_t r, const QAct& a) {
   return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
 }
 
-CQ_AVX512 float row_int8(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const QAct& a) {
-  switch (pl.t) {
-    case DType::Q8Row:
-    case DType::Q8_2F:
-      return dot_q8(reinterpret_cast<const int8_t*>(pl.p + r * pl.cols), pl.cols, a) *
-             f16_to_f32(load_le<uint16_t>(pl.scales + 2 * r));
-    case DType::Q4Tiled:
-    case DType::Q4Block:
-    case DType::Q4TP:
-      return dot_nib(pl, st, r, i, a);
-    case DType::Q2TP:
-      return dot_q2(pl, st, r, i, a);
-    case DType::Q1:
-      return dot_q1(pl, r, a);
-    default:
-      return 0.0f;
-  }
+/// int8 dot of the codecs without a tiled kernel (q1).
+CQ_AVX512 float row_int8(const Plan& pl, uint64_t r, const QAct& a) {
+  return pl.t == DType::Q1 ? dot_q1(pl, r, a) : 0.0f;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -660,6 +625,216 @@ ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
   return a;
 }
 
+/// Weight bytes and per-lane group scales of superblock s of NIB-family row r (block-local index
+/// i): q4_tiled / q4_block take the f16 group scales, q4tp the row's ladder.
+CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, uint64_t s,
+                               __m512i& v, __m512& sw) {
+  const uint64_t gpr = pl.gpr, g0 = 4 * s, ng = std::min<uint64_t>(4, gpr - g0);
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  if (pl.t == DType::Q4Tiled) {
+    const uint8_t* t = pl.p + 18 * (r * gpr + g0);
+    uint16_t h[4] = {0, 0, 0, 0};
+    __m128i b[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+    for (uint64_t k = 0; k < ng; ++k) {
+      h[k] = load_le<uint16_t>(t + 18 * k);
+      b[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 18 * k + 2));
+    }
+    v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[1], b[0])), _mm256_set_m128i(b[3], b[2]),
+                           1);
+    uint64_t hv;
+    std::memcpy(&hv, h, 8);
+    sw = _mm512_permutexvar_ps(
+        expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(hv)))));
+  } else if (pl.t == DType::Q4Block) {
+    const uint64_t fg = r * gpr + g0;
+    v = ng == 4 ? _mm512_loadu_si512(pl.p + 16 * fg)
+                : _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.p + 16 * fg);
+    const __m128i hs = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u), pl.scales + 2 * fg);
+    sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(hs)));
+  } else {  // Q4TP
+    const uint8_t* cr = st.codes.data() + i * st.code_stride;
+    const uint8_t* wp = pl.tp.row_weights(r) + 16 * g0;
+    v = ng == 4 ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(mask64(16 * ng), wp);
+    uint32_t bits;
+    std::memcpy(&bits, cr + (20 * s) / 8, 4);
+    bits >>= (20 * s) % 8;
+    sw = ladder_scales(st.lad[i], bits, bits, false);  // 4 groups = 20 bits
+  }
+}
+
+// Register-blocked int8 tiles: R weight rows × T tokens. Each weight superblock is loaded/unpacked
+// once and applied to T tokens, each activation superblock once and applied to R rows. Every output
+// is computed with the same sequence of operations whatever R and T are (one f32 accumulator per
+// output, fused multiply-add per superblock, then _mm512_reduce_add_ps), so matvec (T = 1) and
+// matmul (T > 1) results are bit-identical. rows[k]: tensor row, li[k]: block-local index,
+// out[k·T + t]: Σ for row k and token t.
+
+template <int R, int T>
+CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const uint64_t cols = pl.cols, nsb = (cols + 63) / 64;
+  const int8_t* w[R];
+  for (int k = 0; k < R; ++k) w[k] = reinterpret_cast<const int8_t*>(pl.p + rows[k] * cols);
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const bool full = s * 64 + 64 <= cols;
+    __m512i wv[R];
+    for (int k = 0; k < R; ++k)
+      wv[k] = _mm512_xor_si512(full ? _mm512_loadu_si512(w[k] + 64 * s)
+                                    : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w[k] + 64 * s),
+                               x80);
+    for (int t = 0; t < T; ++t) {
+      const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k)
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv[k], xq)), d, f[k][t]);
+    }
+  }
+  for (int k = 0; k < R; ++k) {
+    const float sc = f16_to_f32(load_le<uint16_t>(pl.scales + 2 * rows[k]));
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]) * sc;
+  }
+}
+
+template <int R, int T>
+CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                        const QAct* a, float* out) {
+  const uint64_t nsb = (pl.gpr + 3) / 4;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    __m512i lo[R], hi[R];
+    __m512 sw[R];
+    for (int k = 0; k < R; ++k) {
+      __m512i v;
+      nib_load(pl, st, rows[k], li[k], s, v, sw[k]);
+      lo[k] = _mm512_and_si512(v, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i x0 = _mm512_loadu_si512(a[t].xq + 128 * s),
+                    x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k) {
+        const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, lo[k], x0), hi[k], x1);
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
+}
+
+template <int R, int T>
+CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                       const QAct* a, float* out) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
+  const __m512i m6 = _mm512_set1_epi8(6);
+  const uint8_t* w[R];
+  const uint8_t* cr[R];
+  for (int k = 0; k < R; ++k) {
+    w[k] = pl.tp.row_weights(rows[k]);
+    cr[k] = st.codes.data() + li[k] * st.code_stride;
+  }
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const uint64_t g0 = 8 * s, ng = std::min<uint64_t>(8, gpr - g0);
+    __m512i p[R][4];
+    __m512 sw[R];
+    for (int k = 0; k < R; ++k) {
+      const __m512i v = ng == 8 ? _mm512_loadu_si512(w[k] + 8 * g0)
+                                : _mm512_maskz_loadu_epi8(mask64(8 * ng), w[k] + 8 * g0);
+      p[k][0] = _mm512_and_si512(_mm512_slli_epi16(v, 1), m6);
+      p[k][1] = _mm512_and_si512(_mm512_srli_epi16(v, 1), m6);
+      p[k][2] = _mm512_and_si512(_mm512_srli_epi16(v, 3), m6);
+      p[k][3] = _mm512_and_si512(_mm512_srli_epi16(v, 5), m6);
+      uint64_t bits;
+      std::memcpy(&bits, cr[k] + 5 * s, 8);  // 8 codes = 40 bits starting at byte 5s
+      sw[k] =
+          ladder_scales(st.lad[li[k]], static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 20), true);
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xq = a[t].xq + 256 * s;
+      const __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + 64);
+      const __m512i x2 = _mm512_loadu_si512(xq + 128), x3 = _mm512_loadu_si512(xq + 192);
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k) {
+        __m512i acc = _mm512_dpbusd_epi32(bias, p[k][0], x0);
+        acc = _mm512_dpbusd_epi32(acc, p[k][1], x1);
+        acc = _mm512_dpbusd_epi32(acc, p[k][2], x2);
+        acc = _mm512_dpbusd_epi32(acc, p[k][3], x3);
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
+}
+
+/// Whether the int8 path of pl.t goes through the register-blocked tiles.
+bool tiled_int8(DType t) {
+  return t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q4Tiled || t == DType::Q4Block ||
+         t == DType::Q4TP || t == DType::Q2TP;
+}
+
+template <int R, int T>
+CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                         const QAct* a, float* out) {
+  if (pl.fam == Fam::Q8)
+    tile_q8<R, T>(pl, rows, a, out);
+  else if (pl.fam == Fam::Q2)
+    tile_q2<R, T>(pl, st, rows, li, a, out);
+  else
+    tile_nib<R, T>(pl, st, rows, li, a, out);
+}
+
+/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles.
+/// Row/token tails are padded by repeating the last row/token and dropping those outputs.
+template <int R, int T>
+CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                             const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    uint64_t rows[R], li[R];
+    for (int k = 0; k < R; ++k) {
+      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
+      rows[k] = r0 + li[k];
+    }
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (size_t i0 = 0; i0 < n; i0 += T) {
+      QAct a[T];
+      for (int t = 0; t < T; ++t) a[t] = acts.at(std::min<size_t>(i0 + t, n - 1));
+      float out[R * T];
+      tile_int8<R, T>(pl, st, rows, li, a, out);
+      const size_t tn = std::min<size_t>(T, n - i0);
+      for (uint64_t k = 0; k < kn; ++k)
+        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
+    }
+  }
+}
+
+/// Tile shapes (measured on Zen 4, 1 thread): q8 4 rows × 4 tokens (matmul) / 8 rows (matvec); the
+/// nibble and 2-bit codecs, whose unpacked weights and scales take 3–5 registers per row, 2 rows × 4
+/// tokens / 2 rows (4-row tiles spill and were slower).
+CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                          size_t n, float* y, size_t y_stride, uint64_t j0) {
+  if (n > 1 && pl.fam == Fam::Q8)
+    block_int8_rt<4, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (n > 1)
+    block_int8_rt<2, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (pl.fam == Fam::Q8)
+    block_int8_rt<8, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else
+    block_int8_rt<2, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
 /// Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n.
 void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
          size_t y_stride, ThreadPool& pool) {
@@ -674,9 +849,27 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
       const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - j0);
       const uint64_t r0 = row_begin + j0;
       if (is_tp) prep_tp(pl, r0, rc, st);
-      if (pl.int8) {
+      if (pl.int8 && tiled_int8(pl.t)) {
+        block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
+      } else if (pl.int8) {
         for (uint64_t k = 0; k < rc; ++k)
-          for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, st, r0 + k, k, acts.at(i));
+          for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));
+      } else if (floatw && n > 1) {
+        constexpr int ER = 2, ET = 2;
+        switch (pl.t) {
+          case DType::F32:
+            block_exact_rt<ER, ET, LdF32>([&](uint64_t k) { return LdF32{pl.p + 4 * (r0 + k) * pl.cols}; },
+                                          rc, x, pl.cols, n, y, y_stride, j0);
+            break;
+          case DType::F16:
+            block_exact_rt<ER, ET, LdF16>([&](uint64_t k) { return LdF16{pl.p + 2 * (r0 + k) * pl.cols}; },
+                                          rc, x, pl.cols, n, y, y_stride, j0);
+            break;
+          default:
+            block_exact_rt<ER, ET, LdBF16>([&](uint64_t k) { return LdBF16{pl.p + 2 * (r0 + k) * pl.cols}; },
+                                           rc, x, pl.cols, n, y, y_stride, j0);
+            break;
+        }
       } else if (floatw || n == 1) {
         grow(st.rowbuf, pl.cols);
         for (uint64_t k = 0; k < rc; ++k)
@@ -686,11 +879,10 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
         // Batched exact: decode the block's rows once, then apply them to every token.
         grow(st.rowbuf, rc * pl.cols);
         for (uint64_t k = 0; k < rc; ++k) decode_row(pl, st, r0 + k, k, st.rowbuf.data() + k * pl.cols);
-        for (size_t i = 0; i < n; ++i)
-          for (uint64_t k = 0; k < rc; ++k)
-            y[i * y_stride + j0 + k] =
-                dot_exact(LdF32{reinterpret_cast<const uint8_t*>(st.rowbuf.data() + k * pl.cols)},
-                          x + i * pl.cols, pl.cols);
+        const float* rb = st.rowbuf.data();
+        block_exact_rt<2, 2, LdF32>(
+            [&](uint64_t k) { return LdF32{reinterpret_cast<const uint8_t*>(rb + k * pl.cols)}; }, rc, x,
+            pl.cols, n, y, y_stride, j0);
       }
     }
   });

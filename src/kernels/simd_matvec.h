@@ -55,10 +55,13 @@ void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_coun
                       ThreadPool& pool, bool exact);
 
 /// Batched (prefill) product: Y[i, r] = Σ_c W[r, c]·X[i, c] for i < n, r < rows. X: `[n, cols]`,
-/// Y: `[n, rows]`. Cache-blocked: a tile of weight rows is decoded (exact path) or read (int8 path)
-/// once per tile and applied to all n tokens while it sits in L1/L2. Each Y[i, r] is computed with
-/// exactly the arithmetic of matvec_rows_simd with the same `exact` flag, so the result is
-/// bit-identical to n matvec calls (a stronger property than the contract requires). Same errors.
+/// Y: `[n, rows]`. Cache- and register-blocked: a block of 16 weight rows is decoded (exact path,
+/// quantized codecs) once and applied to all n tokens from L1/L2; the inner kernels compute tiles of
+/// 2 rows × 2 tokens (exact) or 4 (q8) / 2 (4- and 2-bit codecs) rows × 4 tokens (int8, all
+/// activations quantized once up front; q1 still goes row by row), loading/unpacking each weight
+/// superblock once per tile. Each Y[i, r] is computed with exactly the arithmetic of matvec_rows_simd with
+/// the same `exact` flag, so the result is bit-identical to n matvec calls (a stronger property than the
+/// contract requires). Same errors.
 void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact);
 
 }  // namespace cortiq::kernels

@@ -203,6 +203,36 @@ TEST_P(SimdDtype, MatmulEqualsMatvecsBitwise) {
   }
 }
 
+// The batched kernels work in tiles of several weight rows × several tokens (and matvec in tiles of
+// several rows); every row/token tail combination and a row sub-range must still give exactly the
+// matvec result, and the values must match the reference within the path's bound.
+TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP();
+  const uint64_t rows = 37, cols = any_cols(t) ? 200 : 224;
+  const Tensor w = make(t, rows, cols, gauss(rows * cols, 31, 0.1f));
+  for (size_t n : {2, 3, 4, 7, 9}) {
+    const auto X = gauss(n * cols, 32 + static_cast<uint32_t>(n));
+    for (bool exact : {true, false}) {
+      std::vector<float> Y(n * rows), y(rows), yr(rows);
+      matmul_simd(w.view, X.data(), n, Y.data(), serial_pool(), exact);
+      for (size_t i = 0; i < n; ++i) {
+        const float* xi = X.data() + i * cols;
+        matvec_rows_simd(w.view, 0, rows, xi, y.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4)) << "n " << n << " token " << i;
+        // a sub-range starting mid-tile gives the same values as the full product
+        matvec_rows_simd(w.view, 5, 30, xi, yr.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(yr.data(), y.data() + 5, 30 * 4)) << "n " << n << " token " << i;
+        matvec_rows_ref(w.view, 0, rows, xi, yr.data(), serial_pool());
+        for (uint64_t r = 0; r < rows; ++r) {
+          const double bound = exact ? exact_bound(w, r, xi, yr[r]) : int8_bound(w, r, xi, yr[r]);
+          EXPECT_NEAR(y[r], yr[r], bound) << "row " << r << " exact " << exact;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, SimdDtype, ::testing::ValuesIn(kAll),
                          [](const auto& info) { return std::string(quant::dtype_name(info.param)); });
 
