@@ -531,8 +531,13 @@ std::string Interp::render_body(const Body& body, const std::shared_ptr<Scope>& 
   return out;
 }
 
+Interp::~Interp() {
+  for (auto& sc : macro_closures_) sc->vars.clear();
+}
+
 Value Interp::make_macro(const Stmt& s, const std::shared_ptr<Scope>& closure, const Body* body,
                          std::string name) {
+  macro_closures_.push_back(closure);
   Interp* in = this;
   const Stmt* sp = &s;
   return Value::callable(name, [in, sp, closure, body, name](CallArgs& a) {

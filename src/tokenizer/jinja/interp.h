@@ -39,6 +39,11 @@ class Interp {
  public:
   enum class Flow { Normal, Break, Continue };
   explicit Interp(const Options& o) : opt(o) {}
+  /// Breaks the scope ↔ macro reference cycles (a macro holds its defining scope, which holds
+  /// the macro) so a render frees everything it allocated.
+  ~Interp();
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
 
   const Options& opt;
 
@@ -55,6 +60,7 @@ class Interp {
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& sc);
 
  private:
+  std::vector<std::shared_ptr<Scope>> macro_closures_;  ///< scopes captured by macros (see ~Interp)
   Value eval_inner(const Expr& e, Scope& sc);
   CallArgs eval_args(const Expr& e, Scope& sc);
   Flow exec_one(const Stmt& s, std::string& out, const std::shared_ptr<Scope>& sc);
