@@ -197,3 +197,62 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   return 0;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Attention of one query position (decode) at the Qwen2.5-0.5B shape: 14 query heads, 2 kv heads,
+// head_dim 64, over `keys` stored keys (KV f32 or f16), reference vs SIMD (simd_attention.h).
+// bytes_per_second counts the K and V bytes read per call.
+#include "kernels/simd_attention.h"
+
+namespace {
+
+void BM_attention(benchmark::State& st, size_t keys, bool f16, bool simd) {
+  cortiq::kernels::AttentionParams p;
+  p.n_heads = 14;
+  p.n_kv_heads = 2;
+  p.head_dim = 64;
+  p.scale = 0.125f;
+  const size_t n = p.n_kv_heads * keys * p.head_dim;
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(p.n_heads * p.head_dim), out(q.size()), kf(n), vf(n);
+  std::vector<uint16_t> kh(n), vh(n);
+  for (auto& v : q) v = nd(g);
+  for (size_t i = 0; i < n; ++i) {
+    kf[i] = nd(g);
+    vf[i] = nd(g);
+    kh[i] = cortiq::f32_to_f16(kf[i]);
+    vh[i] = cortiq::f32_to_f16(vf[i]);
+  }
+  cortiq::kernels::KvLayerView kv;
+  kv.k = f16 ? static_cast<const void*>(kh.data()) : kf.data();
+  kv.v = f16 ? static_cast<const void*>(vh.data()) : vf.data();
+  kv.f16 = f16;
+  kv.capacity = keys;
+  if (simd && !cortiq::kernels::simd_cpu_ok()) {
+    st.SkipWithError("CPU lacks AVX-512");
+    return;
+  }
+  for (auto _ : st) {
+    if (simd)
+      cortiq::kernels::attention_simd(q.data(), kv, 0, keys, p, nullptr, out.data());
+    else
+      cortiq::kernels::attention_ref(q.data(), kv, 0, keys, p, nullptr, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(2 * n * (f16 ? 2 : 4)));
+}
+
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_ref, 256, false, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_simd, 256, false, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_ref, 256, true, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_simd, 256, true, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_ref, 4096, false, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_simd, 4096, false, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_ref, 4096, true, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_simd, 4096, true, true)->Unit(benchmark::kMicrosecond);
+
+}  // namespace

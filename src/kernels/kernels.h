@@ -164,9 +164,20 @@ struct AttentionParams {
 
 /// Causal GQA attention of one query position over stored keys [key_begin, key_end):
 /// q: [n_heads·head_dim] (already RoPE'd), out: [n_heads·head_dim]. q head h reads kv head
-/// h / (n_heads/n_kv_heads). `head_alive` (nullable, [n_heads]) zeroes dead heads' outputs.
-/// Scores and weighted sums accumulate in double.
+/// h / (n_heads/n_kv_heads). Only the query heads of kv heads [kv_head_begin, min(kv_head_end,
+/// n_kv_heads)) are computed (their `out` rows written; other rows untouched) — the forward pass
+/// splits (token, kv head) pairs over threads. `head_alive` (nullable, [n_heads]) zeroes dead heads'
+/// outputs. softmax(scale·q·k [→ softcap]) · V (Vaswani et al. 2017; softcap: Gemma 2 report).
+/// Dispatch: matmul_mode() == Reference or a CPU without AVX-512 → attention_ref; otherwise the
+/// SIMD kernel (f32 accumulation, see simd_attention.h for its error bound vs the reference).
+/// Results do not depend on the kv-head split or on the thread.
 void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
-               const AttentionParams& p, const uint8_t* head_alive, float* out);
+               const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin = 0,
+               size_t kv_head_end = SIZE_MAX);
+
+/// Scalar reference of `attention` (scores and weighted sums accumulate in double).
+void attention_ref(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
+                   const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin = 0,
+                   size_t kv_head_end = SIZE_MAX);
 
 }  // namespace cortiq::kernels

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_attention.h"
 #include "kernels/simd_matvec.h"
 #include "quant/codec.h"
 #include "util/error.h"
@@ -131,8 +132,12 @@ bool use_simd(const WeightView& w) noexcept {
 }
 }  // namespace
 
-void set_matmul_mode(MatmulMode m) noexcept { g_matmul_mode.store(m, std::memory_order_relaxed); }
-MatmulMode matmul_mode() noexcept { return g_matmul_mode.load(std::memory_order_relaxed); }
+void set_matmul_mode(MatmulMode m) noexcept {
+  g_matmul_mode.store(m, std::memory_order_relaxed);
+}
+MatmulMode matmul_mode() noexcept {
+  return g_matmul_mode.load(std::memory_order_relaxed);
+}
 
 void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
   matvec_rows(w, 0, w.rows(), x, y, pool);
@@ -279,7 +284,18 @@ void rope(float* x, size_t n_heads, size_t head_dim, const RopeTable& t, int64_t
 // ---------------------------------------------------------------------------------------------
 
 void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
-               const AttentionParams& p, const uint8_t* head_alive, float* out) {
+               const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,
+               size_t kv_head_end) {
+  if (matmul_mode() != MatmulMode::Reference && simd_cpu_ok()) {
+    attention_simd(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
+  } else {
+    attention_ref(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
+  }
+}
+
+void attention_ref(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
+                   const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,
+                   size_t kv_head_end) {
   const size_t hd = p.head_dim, group = p.n_heads / p.n_kv_heads, nk = key_end - key_begin;
   thread_local std::vector<double> sc;
   thread_local std::vector<double> acc;
@@ -290,7 +306,8 @@ void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t k
     if (kv.f16) return f16_to_f32(static_cast<const uint16_t*>(base)[idx]);
     return static_cast<const float*>(base)[idx];
   };
-  for (size_t h = 0; h < p.n_heads; ++h) {
+  const size_t h_end = std::min(kv_head_end, p.n_kv_heads) * group;
+  for (size_t h = kv_head_begin * group; h < h_end; ++h) {
     float* o = out + h * hd;
     if ((head_alive && !head_alive[h]) || nk == 0) {
       std::fill(o, o + hd, 0.0f);
