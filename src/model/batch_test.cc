@@ -1,83 +1,21 @@
 // Model::forward_batch (continuous batching): several sequences of different lengths and positions
 // in one call must give, for each sequence, logits and KV caches bit-identical to Model::forward on
 // that sequence alone. The tiny checkpoints are the forward-parity ones (tests/golden/forward/
-// <family>.json, regenerated with the oracle's deterministic generator, as in
-// forward_parity_test.cc); their correctness against the oracle is asserted there, so equality with
-// forward() is the whole contract here.
+// <family>.json, regenerated with the oracle's deterministic generator: test_support.h); their correctness
+// against the oracle is asserted there, so equality with forward() is the whole contract here.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
+#include "model/test_support.h"
 #include "quant/codec.h"
 #include "util/error.h"
 
 namespace cortiq::model {
 namespace {
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-  return h;
-}
-
-// Mirror of fwd_oracle.py gen_tensor (f32 arithmetic, SplitMix64 per tensor).
-std::vector<float> gen_tensor(uint64_t seed, const std::string& name, const std::vector<uint64_t>& shape,
-                              const std::string& init) {
-  uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  uint64_t st = seed ^ fnv1a64(name);
-  std::vector<float> v(n);
-  uint64_t cols = 1;
-  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  const float a = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
-  for (uint64_t i = 0; i < n; ++i) {
-    st += 0x9E3779B97F4A7C15ull;
-    uint64_t z = st;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = static_cast<float>(z >> 40) / 16777216.0f;
-    float x = u * 2.0f - 1.0f;
-    if (init == "mat")
-      x = x * a;
-    else if (init == "norm1")
-      x = 1.0f + x * 0.1f;
-    else if (init == "norm0" || init == "bias")
-      x = x * 0.1f;
-    v[i] = x;
-  }
-  return v;
-}
-
-struct Case {
-  nlohmann::json g;
-  cmf::ModelArch arch;
-  MemoryTensorSource src;
-  std::vector<uint32_t> prompt;
-};
-
-// `quant`: when set, every matrix with cols % 32 == 0 is stored in that dtype (the serving path:
-// quantized weights, default matmul mode).
-std::unique_ptr<Case> load_case(const std::string& fam, std::optional<quant::DType> quant = std::nullopt) {
-  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/forward/" + fam + ".json");
-  if (!f) return nullptr;
-  auto c = std::make_unique<Case>();
-  c->g = nlohmann::json::parse(f);
-  c->arch = cmf::arch_from_json(c->g["cmf_arch"]);
-  for (const auto& t : c->g["tensors"]) {
-    const auto shape = t["shape"].get<std::vector<uint64_t>>();
-    auto v = gen_tensor(c->g["seed"], t["name"], shape, t["init"]);
-    if (quant && shape.size() == 2 && shape[1] % 32 == 0 && v.size() >= 32)
-      c->src.add(t["name"], *quant, shape, quant::encode(*quant, shape, v));
-    else
-      c->src.add_f32(t["name"], shape, v);
-  }
-  c->prompt = c->g["prompt"].get<std::vector<uint32_t>>();
-  return c;
-}
+using test::load_case;
 
 uint32_t argmax(const std::vector<float>& v) {
   uint32_t b = 0;
@@ -173,6 +111,35 @@ TEST(BatchForward, StepWithoutLogitsStillAdvancesItsCache) {
   m->forward_batch(s2);
   m->forward(c->prompt, ref, lr);
   EXPECT_EQ(la, lr);
+}
+
+// all_logits: a chunk's every position, next to other steps (so the lm_head rows of several steps
+// share one matmul), equals forward(..., LogitsMode::All) bit for bit; the row of its last position
+// equals the Last-mode logits.
+TEST(BatchForward, AllLogitsStepEqualsForwardAll) {
+  auto c = load_case("gemma2");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {2});
+  const size_t V = m->vocab_size(), T = c->prompt.size();
+  KvCache a(c->arch, 32), b(c->arch, 32), ref(c->arch, 32), ref_b(c->arch, 32);
+  std::vector<float> all(T * V, -1.0f), lb(V), want_all(T * V), want_b(V);
+  std::vector<uint32_t> one = {c->prompt[2]};
+  std::vector<SeqStep> steps = {{one, &b, lb}, {c->prompt, &a, all, /*all_logits=*/true}};
+  m->forward_batch(steps);
+  m->forward(c->prompt, ref, want_all, LogitsMode::All);
+  m->forward(one, ref_b, want_b);
+  EXPECT_EQ(all, want_all);
+  EXPECT_EQ(lb, want_b);
+  EXPECT_EQ(a.size(), T);
+  std::vector<float> last(V);
+  KvCache ref2(c->arch, 32);
+  m->forward(c->prompt, ref2, last);
+  EXPECT_TRUE(std::equal(last.begin(), last.end(), all.end() - static_cast<std::ptrdiff_t>(V)));
+  // an all_logits buffer of only [vocab] is rejected
+  KvCache d(c->arch, 32);
+  std::vector<SeqStep> bad = {{c->prompt, &d, lb, true}};
+  EXPECT_THROW(m->forward_batch(bad), Error);
+  EXPECT_EQ(d.size(), 0u);
 }
 
 TEST(BatchForward, InvalidBatchIsRejectedBeforeAnyCacheMoves) {

@@ -8,11 +8,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "model/model.h"
+#include "model/test_support.h"
 #include "quant/codec.h"
 #include "util/error.h"
 
@@ -22,61 +21,7 @@ namespace {
 const char* kFamilies[] = {"llama", "llama3_rope", "mistral", "qwen2", "qwen2_yarn", "qwen3",
                            "gemma", "gemma2",      "gemma3",  "phi3",  "qwen2_moe",  "qwen3_moe"};
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-  return h;
-}
-
-// Mirror of fwd_oracle.py gen_tensor (f32 arithmetic, SplitMix64 per tensor).
-std::vector<float> gen_tensor(uint64_t seed, const std::string& name, const std::vector<uint64_t>& shape,
-                              const std::string& init) {
-  uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  uint64_t st = seed ^ fnv1a64(name);
-  std::vector<float> v(n);
-  uint64_t cols = 1;
-  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  const float a = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
-  for (uint64_t i = 0; i < n; ++i) {
-    st += 0x9E3779B97F4A7C15ull;
-    uint64_t z = st;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = static_cast<float>(z >> 40) / 16777216.0f;
-    float x = u * 2.0f - 1.0f;
-    if (init == "mat")
-      x = x * a;
-    else if (init == "norm1")
-      x = 1.0f + x * 0.1f;
-    else if (init == "norm0" || init == "bias")
-      x = x * 0.1f;
-    v[i] = x;
-  }
-  return v;
-}
-
-struct Case {
-  nlohmann::json g;
-  cmf::ModelArch arch;
-  MemoryTensorSource src;
-  std::vector<uint32_t> prompt;
-};
-
-std::unique_ptr<Case> load_case(const std::string& fam) {
-  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/forward/" + fam + ".json");
-  if (!f) return nullptr;
-  auto c = std::make_unique<Case>();
-  c->g = nlohmann::json::parse(f);
-  c->arch = cmf::arch_from_json(c->g["cmf_arch"]);
-  for (const auto& t : c->g["tensors"]) {
-    const auto shape = t["shape"].get<std::vector<uint64_t>>();
-    c->src.add_f32(t["name"], shape, gen_tensor(c->g["seed"], t["name"], shape, t["init"]));
-  }
-  c->prompt = c->g["prompt"].get<std::vector<uint32_t>>();
-  return c;
-}
+using test::load_case;
 
 std::vector<float> last_logits(Model& m, const std::vector<uint32_t>& ids) {
   KvCache kv(m.arch(), 128);
@@ -241,6 +186,26 @@ TEST(ModelForward, ContextOverflowIsAnError) {
   KvCache kv(c->arch, 4);
   std::vector<float> lg(m->vocab_size());
   EXPECT_THROW(m->forward(c->prompt, kv, lg), Error);
+}
+
+TEST(ModelForward, LogitsModesAndShortBuffers) {
+  auto c = load_case("qwen3_moe");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {2});
+  const size_t V = m->vocab_size(), T = c->prompt.size();
+  KvCache kv(c->arch, 32);
+  std::vector<float> small(V - 1), almost(T * V - 1);
+  EXPECT_THROW(m->forward(c->prompt, kv, small), Error);                    // Last: [vocab]
+  EXPECT_THROW(m->forward(c->prompt, kv, almost, LogitsMode::All), Error);  // All: [T, vocab]
+  EXPECT_EQ(kv.size(), 0u);
+  // None: no logits, the cache advances; the next decode equals prefill-with-logits + decode.
+  m->forward(std::span<const uint32_t>(c->prompt).first(T - 1), kv, {}, LogitsMode::None);
+  EXPECT_EQ(kv.size(), T - 1);
+  std::vector<float> a(V), b(V);
+  m->forward(std::span<const uint32_t>(&c->prompt[T - 1], 1), kv, a);
+  KvCache ref(c->arch, 32);
+  m->forward(c->prompt, ref, b);
+  EXPECT_EQ(a, b);
 }
 
 TEST(ModelForward, F16KvCacheStaysClose) {

@@ -109,11 +109,30 @@ struct Model::Impl {
   std::vector<std::vector<uint8_t>> ffn_alive;     // [layers][intermediate_size]
   std::vector<std::vector<uint8_t>> expert_alive;  // [layers][num_experts] (empty = unrestricted)
 
+  // Grow-only scratch of the forward pass (see "Threading and memory" in model.h): every buffer
+  // is resized only when a call needs more than any call before, so a steady decode loop does not
+  // allocate. Contents do not carry over between calls.
+  struct Workspace {
+    std::vector<size_t> row_seq, row_pos;          // [R] step index / KV position of each row
+    std::vector<float> h, n, tmp;                  // [R, hidden]: residual, normed, block output
+    std::vector<float> qraw, k, v, q, gate, att;   // attention projections and output
+    std::vector<float> ffn_g, ffn_u;               // [T, intermediate]
+    std::vector<float> moe_logits, moe_pf, moe_y;  // router logits [T, E], probs [E], expert out
+    std::vector<double> moe_p;                     // [E]
+    std::vector<size_t> moe_cand;                  // routable experts
+    std::vector<float> logits;                     // [rows, vocab] when several steps want logits
+  } ws;
+
   explicit Impl(size_t threads) : pool(threads) {}
 
+  // The whole forward pass over validated steps (forward() and forward_batch() share it).
+  void run(std::span<const SeqStep> steps);
+  // Input norm → q/k/v → RoPE → KV append → attention → o_proj → residual; leaves the FFN input
+  // (post-attention norm) in ws.n. R = total rows of `steps`.
+  void attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R);
   void ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out);
   void dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out);
-  void moe_forward(const Layer& L, size_t li, const float* x, float* out);
+  void moe_forward(const Layer& L, size_t li, const float* x, size_t T, float* out);
 };
 
 namespace {
@@ -371,78 +390,102 @@ void Model::set_mask(const cmf::TaskMask* m) {
 
 // ---------------------------------------------------------------------------------------------
 // Forward
+//
+// One layer body (Impl::run) serves both entry points: forward() is one SeqStep. Rows of the
+// batch are the stacked tokens of all steps, [R = Σ T_i, ·]; every linear layer is one
+// kernels::matmul over the R rows (bit-identical to R matvecs), so a row's result does not depend
+// on which other rows share the call.
+
+namespace {
+
+// Grow-only scratch: returns a buffer of at least n elements (contents unspecified).
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
 
 void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out) {
-  const size_t W = f.width, Hd = arch.hidden_size;
-  std::vector<float> g(T * W), u(T * W);
-  kernels::matmul(f.gate, x, T, g.data(), pool);
-  kernels::matmul(f.up, x, T, u.data(), pool);
+  const size_t W = f.width;
+  float* g = grow(ws.ffn_g, T * W);
+  float* u = grow(ws.ffn_u, T * W);
+  kernels::matmul(f.gate, x, T, g, pool);
+  kernels::matmul(f.up, x, T, u, pool);
   for (size_t t = 0; t < T; ++t) {
-    float* gt = g.data() + t * W;
+    float* gt = g + t * W;
     if (arch.hidden_act == cmf::HiddenAct::GeluTanh)
-      kernels::geglu(gt, u.data() + t * W, gt, W);
+      kernels::geglu(gt, u + t * W, gt, W);
     else
-      kernels::swiglu(gt, u.data() + t * W, gt, W);
+      kernels::swiglu(gt, u + t * W, gt, W);
     if (alive)
       for (size_t i = 0; i < W; ++i)
         if (!alive[i]) gt[i] = 0.0f;
   }
-  (void)Hd;
-  kernels::matmul(f.down, g.data(), T, out, pool);
+  kernels::matmul(f.down, g, T, out, pool);
 }
 
-void Model::Impl::moe_forward(const Layer& L, size_t li, const float* x, float* out) {
+void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t T, float* outs) {
   // spec §2.2 / ENGINE-NOTES §3.8: softmax over the routable experts (all of them unless a task
   // mask restricts the set, spec §5), top-k by probability with ties to the lower index, optional
   // renormalization of the kept k, shared expert weighted by sigmoid(shared_expert_gate·x).
+  // Routing is per token; the router logits of all T tokens come from one matmul (== T matvecs).
   const size_t E = L.moe.experts.size(), Hd = arch.hidden_size;
-  std::vector<float> logits(E);
-  kernels::matvec(L.moe.router, x, logits.data(), pool);
+  float* all_logits = grow(ws.moe_logits, T * E);
+  kernels::matmul(L.moe.router, xs, T, all_logits, pool);
   const std::vector<uint8_t>* allow = expert_alive.empty() ? nullptr : &expert_alive[li];
-  std::vector<size_t> cand;
-  for (size_t e = 0; e < E; ++e)
-    if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
-  std::fill(out, out + Hd, 0.0f);
-  if (!cand.empty()) {
-    double mx = -INFINITY;
-    for (size_t e : cand) mx = std::max(mx, static_cast<double>(logits[e]));
-    std::vector<double> p(E, 0.0);
-    double sum = 0.0;
-    for (size_t e : cand) sum += (p[e] = std::exp(static_cast<double>(logits[e]) - mx));
-    std::vector<float> pf(E, 0.0f);
-    for (size_t e : cand) pf[e] = static_cast<float>(p[e] / sum);
-    std::stable_sort(cand.begin(), cand.end(), [&](size_t i, size_t j) { return pf[i] > pf[j]; });
-    const size_t k = std::min<size_t>(arch.moe->top_k, cand.size());
-    double ksum = 0.0;
-    for (size_t i = 0; i < k; ++i) ksum += pf[cand[i]];
-    const double scaling = arch.moe->routed_scaling_factor.value_or(1.0);
-    std::vector<float> y(Hd);
-    for (size_t i = 0; i < k; ++i) {
-      const size_t e = cand[i];
-      double w = pf[e];
-      if (arch.moe->norm_topk_prob) w /= ksum;
-      const float wf = static_cast<float>(w * scaling);
-      dense_ffn(L.moe.experts[e], nullptr, x, 1, y.data());
-      for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
+  double* p = grow(ws.moe_p, E);
+  float* pf = grow(ws.moe_pf, E);
+  float* y = grow(ws.moe_y, Hd);
+  std::vector<size_t>& cand = ws.moe_cand;
+  for (size_t t = 0; t < T; ++t) {
+    const float* x = xs + t * Hd;
+    const float* logits = all_logits + t * E;
+    float* out = outs + t * Hd;
+    cand.clear();
+    for (size_t e = 0; e < E; ++e)
+      if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
+    std::fill(out, out + Hd, 0.0f);
+    if (!cand.empty()) {
+      double mx = -INFINITY;
+      for (size_t e : cand) mx = std::max(mx, static_cast<double>(logits[e]));
+      double sum = 0.0;
+      for (size_t e : cand) sum += (p[e] = std::exp(static_cast<double>(logits[e]) - mx));
+      for (size_t e : cand) pf[e] = static_cast<float>(p[e] / sum);
+      const size_t k = std::min<size_t>(arch.moe->top_k, cand.size());
+      // Top k by probability, ties to the lower expert index (cand is ascending, so this total
+      // order gives the same first k as a stable sort by probability; no temporary buffer).
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+                        [&](size_t i, size_t j) { return pf[i] > pf[j] || (pf[i] == pf[j] && i < j); });
+      double ksum = 0.0;
+      for (size_t i = 0; i < k; ++i) ksum += pf[cand[i]];
+      const double scaling = arch.moe->routed_scaling_factor.value_or(1.0);
+      for (size_t i = 0; i < k; ++i) {
+        const size_t e = cand[i];
+        double w = pf[e];
+        if (arch.moe->norm_topk_prob) w /= ksum;
+        const float wf = static_cast<float>(w * scaling);
+        dense_ffn(L.moe.experts[e], nullptr, x, 1, y);
+        for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
+      }
     }
-  }
-  if (L.moe.shared) {
-    std::vector<float> y(Hd);
-    dense_ffn(*L.moe.shared, nullptr, x, 1, y.data());
-    float gw = 1.0f;
-    if (!L.moe.shared_gate.empty()) {
-      double s = 0.0;
-      for (size_t d = 0; d < Hd; ++d) s += static_cast<double>(L.moe.shared_gate[d]) * x[d];
-      gw = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
+    if (L.moe.shared) {
+      dense_ffn(*L.moe.shared, nullptr, x, 1, y);
+      float gw = 1.0f;
+      if (!L.moe.shared_gate.empty()) {
+        double s = 0.0;
+        for (size_t d = 0; d < Hd; ++d) s += static_cast<double>(L.moe.shared_gate[d]) * x[d];
+        gw = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
+      }
+      for (size_t d = 0; d < Hd; ++d) out[d] += gw * y[d];
     }
-    for (size_t d = 0; d < Hd; ++d) out[d] += gw * y[d];
   }
 }
 
 void Model::Impl::ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out) {
-  const size_t Hd = arch.hidden_size;
   if (L.is_moe) {
-    for (size_t t = 0; t < T; ++t) moe_forward(L, li, x + t * Hd, out + t * Hd);
+    moe_forward(L, li, x, T, out);
     return;
   }
   const uint8_t* alive = nullptr;
@@ -455,11 +498,163 @@ void Model::Impl::ffn_forward(const Layer& L, size_t li, const float* x, size_t 
   dense_ffn(L.ffn, alive, x, T, out);
 }
 
+void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R) {
+  const auto& a = arch;
+  const size_t Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
+  const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
+  float* h = ws.h.data();
+  float* n = ws.n.data();
+  const size_t* row_seq = ws.row_seq.data();
+  const size_t* row_pos = ws.row_pos.data();
+  for (size_t r = 0; r < R; ++r)
+    kernels::rmsnorm(h + r * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, norm_style, n + r * Hd);
+  float* qraw = grow(ws.qraw, R * qrows);
+  float* k = grow(ws.k, R * kd);
+  float* v = grow(ws.v, R * kd);
+  float* q = grow(ws.q, R * qd);
+  float* gate = L.out_gate ? grow(ws.gate, R * qd) : nullptr;
+  kernels::matmul(L.q, n, R, qraw, pool);
+  kernels::matmul(L.k, n, R, k, pool);
+  kernels::matmul(L.v, n, R, v, pool);
+  const auto& rt = L.rope ? rope_local : rope_global;
+  for (size_t r = 0; r < R; ++r) {
+    float* qr = qraw + r * qrows;
+    float* kt = k + r * kd;
+    float* vt = v + r * kd;
+    if (!L.q_bias.empty()) {
+      for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
+      for (size_t i = 0; i < kd; ++i) kt[i] += L.k_bias[i];
+      for (size_t i = 0; i < kd; ++i) vt[i] += L.v_bias[i];
+    }
+    float* qt = q + r * qd;
+    if (L.out_gate) {
+      for (size_t hh = 0; hh < nh; ++hh) {
+        std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
+        std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate + r * qd + hh * hd);
+      }
+    } else {
+      std::copy(qr, qr + qd, qt);
+    }
+    if (!L.q_norm.empty())
+      for (size_t hh = 0; hh < nh; ++hh)
+        kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, norm_style, qt + hh * hd);
+    if (!L.k_norm.empty())
+      for (size_t hh = 0; hh < nkv; ++hh)
+        kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, norm_style, kt + hh * hd);
+    const int64_t pos = static_cast<int64_t>(row_pos[r]);
+    kernels::rope(qt, nh, hd, rt, pos);
+    kernels::rope(kt, nkv, hd, rt, pos);
+    steps[row_seq[r]].kv->store(li, row_pos[r], kt, vt);
+  }
+  kernels::AttentionParams ap;
+  ap.n_heads = nh;
+  ap.n_kv_heads = nkv;
+  ap.head_dim = hd;
+  ap.scale = static_cast<float>(
+      1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
+  ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
+  const uint8_t* heads = masked ? head_alive[li].data() : nullptr;
+  float* att = grow(ws.att, R * qd);
+  // Work items are (row, kv head) pairs, row-major: decode (R = 1) still spreads its kv heads over
+  // the pool. Each pair writes only its own heads' rows of `att`, computed with the same
+  // arithmetic whatever the split, so the result does not depend on the thread count.
+  const size_t window = L.sliding ? *a.sliding_window : 0;
+  auto body = [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1;) {
+      const size_t r = i / nkv, g0 = i % nkv, g1 = std::min(nkv, g0 + (i1 - i));
+      const size_t end = row_pos[r] + 1;
+      const size_t begin = window && window < end ? end - window : 0;
+      kernels::attention(q + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
+                         att + r * qd, g0, g1);
+      i += g1 - g0;
+    }
+  };
+  // A one-reference closure fits std::function's small buffer: no allocation per call.
+  pool.parallel_for(R * nkv, [&body](size_t i0, size_t i1) { body(i0, i1); });
+  if (L.out_gate)
+    for (size_t i = 0; i < R * qd; ++i)
+      att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  float* tmp = ws.tmp.data();
+  kernels::matmul(L.o, att, R, tmp, pool);
+  for (size_t r = 0; r < R; ++r) {
+    float* at = tmp + r * Hd;
+    if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, norm_style, at);
+    float* ht = h + r * Hd;
+    for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
+    kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
+                     norm_style, n + r * Hd);
+  }
+}
+
+void Model::Impl::run(std::span<const SeqStep> steps) {
+  const auto& a = arch;
+  const size_t S = steps.size(), Hd = a.hidden_size, V = lm_head.rows();
+  size_t R = 0;
+  for (const SeqStep& st : steps) R += st.tokens.size();
+  size_t* row_seq = grow(ws.row_seq, R);
+  size_t* row_pos = grow(ws.row_pos, R);
+  float* h = grow(ws.h, R * Hd);
+  float* n = grow(ws.n, R * Hd);
+  float* tmp = grow(ws.tmp, R * Hd);
+  for (size_t s = 0, r = 0; s < S; ++s) {
+    const size_t start = steps[s].kv->size();
+    for (size_t t = 0; t < steps[s].tokens.size(); ++t, ++r) {
+      row_seq[r] = s;
+      row_pos[r] = start + t;
+      kernels::decode_rows(embed, steps[s].tokens[t], 1, h + r * Hd);
+      if (embed_mult != 1.0f)
+        for (size_t d = 0; d < Hd; ++d) h[r * Hd + d] *= embed_mult;
+    }
+  }
+
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const Layer& L = layers[li];
+    if (masked && !gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
+    attention_block(L, li, steps, R);
+    ffn_forward(L, li, n, R, tmp);
+    for (size_t r = 0; r < R; ++r) {
+      float* ft = tmp + r * Hd;
+      if (L.sandwich) kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, a.rms_norm_eps, norm_style, ft);
+      float* ht = h + r * Hd;
+      for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
+    }
+  }
+  for (const SeqStep& st : steps) st.kv->set_size(st.kv->size() + st.tokens.size());
+
+  // lm_head: one matmul over the wanted rows of every step (its last row, or all its rows).
+  size_t cnt = 0, wanting = 0, only = 0;
+  for (size_t s = 0, r0 = 0; s < S; ++s) {
+    const size_t T = steps[s].tokens.size();
+    if (!steps[s].logits.empty()) {
+      const size_t first = steps[s].all_logits ? 0 : T - 1;
+      for (size_t t = first; t < T; ++t, ++cnt)
+        kernels::rmsnorm(h + (r0 + t) * Hd, final_norm.data(), Hd, a.rms_norm_eps, norm_style, n + cnt * Hd);
+      ++wanting;
+      only = s;
+    }
+    r0 += T;
+  }
+  if (cnt == 0) return;
+  // One step wanting logits (forward(), or a batch with one finishing prefill): write in place.
+  float* lg = wanting == 1 ? steps[only].logits.data() : grow(ws.logits, cnt * V);
+  kernels::matmul(lm_head, n, cnt, lg, pool);
+  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
+  if (lm != 1.0f)
+    for (size_t i = 0; i < cnt * V; ++i) lg[i] *= lm;
+  if (a.final_logit_softcapping)
+    kernels::softcap(lg, cnt * V, static_cast<float>(*a.final_logit_softcapping));
+  if (wanting == 1) return;
+  for (size_t s = 0, i = 0; s < S; ++s) {
+    if (steps[s].logits.empty()) continue;
+    const size_t rows = steps[s].all_logits ? steps[s].tokens.size() : 1;
+    std::copy(lg + i * V, lg + (i + rows) * V, steps[s].logits.begin());
+    i += rows;
+  }
+}
+
 void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits, LogitsMode mode) {
   Impl& I = *impl_;
-  const auto& a = I.arch;
-  const size_t T = tokens.size(), Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
-  const size_t V = I.lm_head.rows(), start = kv.size();
+  const size_t T = tokens.size(), V = I.lm_head.rows(), start = kv.size();
   if (T == 0) return;
   if (start + T > kv.capacity())
     fail(ErrorKind::InvalidArgument, "context overflow: {} positions requested, KV capacity is {}", start + T,
@@ -467,117 +662,18 @@ void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<flo
   const size_t need = mode == LogitsMode::All ? T * V : mode == LogitsMode::Last ? V : 0;
   if (logits.size() < need)
     fail(ErrorKind::InvalidArgument, "logits buffer has {} floats, {} needed", logits.size(), need);
-
-  std::vector<float> h(T * Hd), n(T * Hd), tmp(T * Hd);
-  for (size_t t = 0; t < T; ++t) {
-    if (tokens[t] >= I.embed.rows())
-      fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {}", tokens[t], I.embed.rows());
-    kernels::decode_rows(I.embed, tokens[t], 1, h.data() + t * Hd);
-    if (I.embed_mult != 1.0f)
-      for (size_t d = 0; d < Hd; ++d) h[t * Hd + d] *= I.embed_mult;
-  }
-
-  for (size_t li = 0; li < I.layers.size(); ++li) {
-    const Layer& L = I.layers[li];
-    if (I.masked && !I.gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
-    const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
-    for (size_t t = 0; t < T; ++t)
-      kernels::rmsnorm(h.data() + t * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
-                       n.data() + t * Hd);
-    std::vector<float> qraw(T * qrows), k(T * kd), v(T * kd), q(T * qd), gate;
-    kernels::matmul(L.q, n.data(), T, qraw.data(), I.pool);
-    kernels::matmul(L.k, n.data(), T, k.data(), I.pool);
-    kernels::matmul(L.v, n.data(), T, v.data(), I.pool);
-    if (L.out_gate) gate.resize(T * qd);
-    for (size_t t = 0; t < T; ++t) {
-      float* qr = qraw.data() + t * qrows;
-      if (!L.q_bias.empty()) {
-        for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
-        for (size_t i = 0; i < kd; ++i) k[t * kd + i] += L.k_bias[i];
-        for (size_t i = 0; i < kd; ++i) v[t * kd + i] += L.v_bias[i];
-      }
-      float* qt = q.data() + t * qd;
-      if (L.out_gate) {
-        for (size_t hh = 0; hh < nh; ++hh) {
-          std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
-          std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate.data() + t * qd + hh * hd);
-        }
-      } else {
-        std::copy(qr, qr + qd, qt);
-      }
-      float* kt = k.data() + t * kd;
-      if (!L.q_norm.empty())
-        for (size_t hh = 0; hh < nh; ++hh)
-          kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, I.norm_style, qt + hh * hd);
-      if (!L.k_norm.empty())
-        for (size_t hh = 0; hh < nkv; ++hh)
-          kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, I.norm_style, kt + hh * hd);
-      const auto& rt = L.rope ? I.rope_local : I.rope_global;
-      const int64_t pos = static_cast<int64_t>(start + t);
-      kernels::rope(qt, nh, hd, rt, pos);
-      kernels::rope(kt, nkv, hd, rt, pos);
-      kv.store(li, start + t, kt, v.data() + t * kd);
-    }
-    kernels::AttentionParams ap;
-    ap.n_heads = nh;
-    ap.n_kv_heads = nkv;
-    ap.head_dim = hd;
-    ap.scale = static_cast<float>(
-        1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
-    ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
-    const auto view = kv.layer_view(li);
-    const uint8_t* heads = I.masked ? I.head_alive[li].data() : nullptr;
-    std::vector<float> att(T * qd);
-    I.pool.parallel_for(T, [&](size_t t0, size_t t1) {
-      for (size_t t = t0; t < t1; ++t) {
-        const size_t end = start + t + 1;
-        size_t begin = 0;
-        if (L.sliding && *a.sliding_window < end) begin = end - *a.sliding_window;
-        kernels::attention(q.data() + t * qd, view, begin, end, ap, heads, att.data() + t * qd);
-      }
-    });
-    if (L.out_gate)
-      for (size_t i = 0; i < T * qd; ++i)
-        att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
-    kernels::matmul(L.o, att.data(), T, tmp.data(), I.pool);
-    for (size_t t = 0; t < T; ++t) {
-      float* at = tmp.data() + t * Hd;
-      if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, at);
-      float* ht = h.data() + t * Hd;
-      for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
-      kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
-                       I.norm_style, n.data() + t * Hd);
-    }
-    I.ffn_forward(L, li, n.data(), T, tmp.data());
-    for (size_t t = 0; t < T; ++t) {
-      float* ft = tmp.data() + t * Hd;
-      if (L.sandwich) kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, ft);
-      float* ht = h.data() + t * Hd;
-      for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
-    }
-  }
-  kv.set_size(start + T);
-  if (mode == LogitsMode::None) return;
-  const size_t first = mode == LogitsMode::All ? 0 : T - 1, cnt = T - first;
-  for (size_t t = 0; t < cnt; ++t)
-    kernels::rmsnorm(h.data() + (first + t) * Hd, I.final_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
-                     n.data() + t * Hd);
-  kernels::matmul(I.lm_head, n.data(), cnt, logits.data(), I.pool);
-  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
-  if (lm != 1.0f)
-    for (size_t i = 0; i < cnt * V; ++i) logits[i] *= lm;
-  if (a.final_logit_softcapping)
-    kernels::softcap(logits.data(), cnt * V, static_cast<float>(*a.final_logit_softcapping));
+  for (uint32_t id : tokens)
+    if (id >= I.embed.rows())
+      fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {}", id, I.embed.rows());
+  const SeqStep step{tokens, &kv, logits.first(need), mode == LogitsMode::All};
+  I.run(std::span<const SeqStep>(&step, 1));
 }
 
 void Model::forward_batch(std::span<const SeqStep> steps) {
   Impl& I = *impl_;
-  const auto& a = I.arch;
-  const size_t S = steps.size(), Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
-  const size_t V = I.lm_head.rows();
+  const size_t S = steps.size(), V = I.lm_head.rows();
   if (S == 0) return;
   // Validate everything first: a failing batch leaves every KV cache untouched.
-  std::vector<size_t> off(S + 1, 0), start(S);
   for (size_t s = 0; s < S; ++s) {
     const SeqStep& st = steps[s];
     if (!st.kv) fail(ErrorKind::InvalidArgument, "forward_batch: step {} has no KV cache", s);
@@ -585,134 +681,20 @@ void Model::forward_batch(std::span<const SeqStep> steps) {
     for (size_t j = 0; j < s; ++j)
       if (steps[j].kv == st.kv)
         fail(ErrorKind::InvalidArgument, "forward_batch: steps {} and {} share one KV cache", j, s);
-    start[s] = st.kv->size();
-    if (start[s] + st.tokens.size() > st.kv->capacity())
+    const size_t start = st.kv->size();
+    if (start + st.tokens.size() > st.kv->capacity())
       fail(ErrorKind::InvalidArgument,
-           "context overflow: {} positions requested, KV capacity is {} (step {})",
-           start[s] + st.tokens.size(), st.kv->capacity(), s);
-    if (!st.logits.empty() && st.logits.size() < V)
+           "context overflow: {} positions requested, KV capacity is {} (step {})", start + st.tokens.size(),
+           st.kv->capacity(), s);
+    const size_t need = st.all_logits ? st.tokens.size() * V : V;
+    if (!st.logits.empty() && st.logits.size() < need)
       fail(ErrorKind::InvalidArgument, "logits buffer has {} floats, {} needed (step {})", st.logits.size(),
-           V, s);
+           need, s);
     for (uint32_t id : st.tokens)
       if (id >= I.embed.rows())
         fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {} (step {})", id, I.embed.rows(), s);
-    off[s + 1] = off[s] + st.tokens.size();
   }
-  const size_t R = off[S];
-  std::vector<size_t> row_seq(R), row_pos(R);
-  for (size_t s = 0; s < S; ++s)
-    for (size_t t = 0; t < steps[s].tokens.size(); ++t) {
-      row_seq[off[s] + t] = s;
-      row_pos[off[s] + t] = start[s] + t;
-    }
-
-  std::vector<float> h(R * Hd), n(R * Hd), tmp(R * Hd);
-  for (size_t r = 0; r < R; ++r) {
-    const size_t s = row_seq[r];
-    kernels::decode_rows(I.embed, steps[s].tokens[r - off[s]], 1, h.data() + r * Hd);
-    if (I.embed_mult != 1.0f)
-      for (size_t d = 0; d < Hd; ++d) h[r * Hd + d] *= I.embed_mult;
-  }
-
-  for (size_t li = 0; li < I.layers.size(); ++li) {
-    const Layer& L = I.layers[li];
-    if (I.masked && !I.gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
-    const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
-    for (size_t r = 0; r < R; ++r)
-      kernels::rmsnorm(h.data() + r * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, I.norm_style,
-                       n.data() + r * Hd);
-    std::vector<float> qraw(R * qrows), k(R * kd), v(R * kd), q(R * qd), gate;
-    kernels::matmul(L.q, n.data(), R, qraw.data(), I.pool);
-    kernels::matmul(L.k, n.data(), R, k.data(), I.pool);
-    kernels::matmul(L.v, n.data(), R, v.data(), I.pool);
-    if (L.out_gate) gate.resize(R * qd);
-    for (size_t r = 0; r < R; ++r) {
-      float* qr = qraw.data() + r * qrows;
-      if (!L.q_bias.empty()) {
-        for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
-        for (size_t i = 0; i < kd; ++i) k[r * kd + i] += L.k_bias[i];
-        for (size_t i = 0; i < kd; ++i) v[r * kd + i] += L.v_bias[i];
-      }
-      float* qt = q.data() + r * qd;
-      if (L.out_gate) {
-        for (size_t hh = 0; hh < nh; ++hh) {
-          std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
-          std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate.data() + r * qd + hh * hd);
-        }
-      } else {
-        std::copy(qr, qr + qd, qt);
-      }
-      float* kt = k.data() + r * kd;
-      if (!L.q_norm.empty())
-        for (size_t hh = 0; hh < nh; ++hh)
-          kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, I.norm_style, qt + hh * hd);
-      if (!L.k_norm.empty())
-        for (size_t hh = 0; hh < nkv; ++hh)
-          kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, I.norm_style, kt + hh * hd);
-      const auto& rt = L.rope ? I.rope_local : I.rope_global;
-      const int64_t pos = static_cast<int64_t>(row_pos[r]);
-      kernels::rope(qt, nh, hd, rt, pos);
-      kernels::rope(kt, nkv, hd, rt, pos);
-      steps[row_seq[r]].kv->store(li, row_pos[r], kt, v.data() + r * kd);
-    }
-    kernels::AttentionParams ap;
-    ap.n_heads = nh;
-    ap.n_kv_heads = nkv;
-    ap.head_dim = hd;
-    ap.scale = static_cast<float>(
-        1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
-    ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
-    const uint8_t* heads = I.masked ? I.head_alive[li].data() : nullptr;
-    std::vector<float> att(R * qd);
-    I.pool.parallel_for(R, [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r) {
-        const size_t end = row_pos[r] + 1;
-        size_t begin = 0;
-        if (L.sliding && *a.sliding_window < end) begin = end - *a.sliding_window;
-        kernels::attention(q.data() + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
-                           att.data() + r * qd);
-      }
-    });
-    if (L.out_gate)
-      for (size_t i = 0; i < R * qd; ++i)
-        att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
-    kernels::matmul(L.o, att.data(), R, tmp.data(), I.pool);
-    for (size_t r = 0; r < R; ++r) {
-      float* at = tmp.data() + r * Hd;
-      if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, at);
-      float* ht = h.data() + r * Hd;
-      for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
-      kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
-                       I.norm_style, n.data() + r * Hd);
-    }
-    I.ffn_forward(L, li, n.data(), R, tmp.data());
-    for (size_t r = 0; r < R; ++r) {
-      float* ft = tmp.data() + r * Hd;
-      if (L.sandwich) kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, a.rms_norm_eps, I.norm_style, ft);
-      float* ht = h.data() + r * Hd;
-      for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
-    }
-  }
-  for (size_t s = 0; s < S; ++s) steps[s].kv->set_size(start[s] + steps[s].tokens.size());
-
-  // lm_head: one matmul over the last row of every sequence that wants logits.
-  std::vector<size_t> want;
-  for (size_t s = 0; s < S; ++s)
-    if (!steps[s].logits.empty()) want.push_back(s);
-  if (want.empty()) return;
-  const size_t cnt = want.size();
-  for (size_t i = 0; i < cnt; ++i)
-    kernels::rmsnorm(h.data() + (off[want[i] + 1] - 1) * Hd, I.final_norm.data(), Hd, a.rms_norm_eps,
-                     I.norm_style, n.data() + i * Hd);
-  std::vector<float> lg(cnt * V);
-  kernels::matmul(I.lm_head, n.data(), cnt, lg.data(), I.pool);
-  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
-  if (lm != 1.0f)
-    for (float& x : lg) x *= lm;
-  if (a.final_logit_softcapping)
-    kernels::softcap(lg.data(), cnt * V, static_cast<float>(*a.final_logit_softcapping));
-  for (size_t i = 0; i < cnt; ++i)
-    std::copy(lg.begin() + i * V, lg.begin() + (i + 1) * V, steps[want[i]].logits.begin());
+  I.run(steps);
 }
 
 }  // namespace cortiq::model

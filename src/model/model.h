@@ -65,14 +65,25 @@ enum class LogitsMode { Last, All, None };
 
 /// One sequence's share of a Model::forward_batch call: run `tokens` (T >= 1; 1 for decode, more
 /// for a prefill or prefill chunk) at positions kv->size() .. kv->size()+T−1 of its own KV cache,
-/// and write the LAST position's logits [vocab] into `logits` (an empty span = no logits, e.g. a
-/// prefill chunk that is not the prompt's last). `kv` must be non-null and distinct per step.
+/// and write the LAST position's logits [vocab] into `logits` — or, with `all_logits`, every
+/// position's logits [T, vocab] (what forward(..., LogitsMode::All) asks for). An empty `logits`
+/// span = no logits (e.g. a prefill chunk that is not the prompt's last). `kv` must be non-null
+/// and distinct per step.
 struct SeqStep {
   std::span<const uint32_t> tokens;
   KvCache* kv = nullptr;
   std::span<float> logits;
+  bool all_logits = false;  ///< logits of all T positions [T, vocab] instead of the last [vocab]
 };
 
+/// Threading and memory: a Model runs one forward()/forward_batch() at a time — it is NOT safe to
+/// call from several threads at once (its kernel thread pool is not re-entrant, set_mask mutates
+/// shared state, and the forward pass uses scratch owned by the model). Callers serialize: the
+/// server runs every step on its single engine thread; distinct Model objects are independent.
+/// Inside a call the work is spread over the model's thread pool (matmul rows; attention over
+/// (token, kv head) pairs) with results independent of the thread count. The scratch buffers
+/// (activations, q/k/v, attention output, FFN intermediates, MoE routing) only grow, so a steady
+/// decode loop allocates nothing in the model layer.
 class Model {
  public:
   /// Binds `arch` to the tensors of `source` (kept by reference: must outlive the model).
@@ -87,8 +98,11 @@ class Model {
   uint32_t vocab_size() const noexcept;
 
   /// Runs tokens (positions kv.size() .. kv.size()+T−1), appends their K/V, advances kv.size().
-  /// logits: [vocab] (Last), [T, vocab] (All) or empty (None). Throws Error(InvalidArgument) when
-  /// the cache would overflow or a token id is >= the embedding rows.
+  /// logits: [vocab] (Last), [T, vocab] (All) or empty (None); T == 0 does nothing. Throws
+  /// Error(InvalidArgument) when the cache would overflow, `logits` is shorter than the mode needs,
+  /// or a token id is >= the embedding rows (nothing is touched then). A prefill (T > 1) runs each
+  /// weight as ONE kernels::matmul over all T tokens. Same code path as forward_batch with one
+  /// SeqStep (all_logits = mode == All), hence bit-identical to it.
   void forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits,
                LogitsMode mode = LogitsMode::Last);
 
@@ -102,7 +116,7 @@ class Model {
   /// set_mask between groups (server::BatchedBackend does). All steps are validated before any
   /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
   /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
-  /// that is non-empty but shorter than vocab.
+  /// that is non-empty but shorter than vocab (T·vocab with all_logits).
   void forward_batch(std::span<const SeqStep> steps);
 
   /// Activates a task mask (copied), or none (nullptr). A mask with every bit open is dropped
