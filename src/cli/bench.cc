@@ -19,7 +19,7 @@ struct BenchArgs {
   std::vector<size_t> threads{1, 2};
   uint64_t seed = 42;
   double bw_mib = 0;
-  bool json = false, exact = false, progress = false;
+  bool json = false, exact = false, progress = false, no_mmap = false;
 };
 
 void bench_cmd(const BenchArgs& a) {
@@ -30,6 +30,7 @@ void bench_cmd(const BenchArgs& a) {
   o.threads = a.threads;
   o.seed = a.seed;
   o.exact = a.exact;
+  o.no_mmap = a.no_mmap;
   if (a.bw_mib < 0) fail(ErrorKind::InvalidArgument, "--bw-mib {} must be >= 0", a.bw_mib);
   o.bandwidth_bytes = static_cast<uint64_t>(a.bw_mib * 1024.0 * 1024.0);
   runtime::bench::BenchProgress prog;
@@ -66,6 +67,8 @@ void setup(CLI::App& root) {
   c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
   c->add_flag("--exact", a->exact,
               "f32-activation kernels (kernels::MatmulMode::Exact) instead of int8 activations");
+  c->add_flag("--no-mmap", a->no_mmap,
+              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   c->add_flag("--progress", a->progress, "print progress lines to stderr");
   c->callback([a] { bench_cmd(*a); });
 }

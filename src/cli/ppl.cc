@@ -17,6 +17,7 @@ struct PplArgs {
   std::string model, file, mode = "chunked";
   size_t ctx = 512, batch = 0, threads = 0, tokens = 1024;
   bool exact = false;
+  bool no_mmap = false;
   bool kv_f16 = false;
   std::string task;
 };
@@ -30,6 +31,7 @@ void ppl_cmd(const PplArgs& a) {
   runtime::LoadOptions lo;
   lo.threads = a.threads;
   lo.exact = a.exact;
+  lo.no_mmap = a.no_mmap;
   lo.task = a.task;
   lo.ctx = a.mode == "prefix" ? a.tokens : a.ctx;
   runtime::LoadedModel lm = runtime::load_model(a.model, lo);
@@ -65,6 +67,8 @@ void setup(CLI::App& root) {
   c->add_option("--tokens", a->tokens, "prefix mode: max tokens (1024)");
   c->add_option("--threads", a->threads, "kernel threads (0 = all cores)");
   c->add_flag("--exact", a->exact, "f32 activations in every matvec (no int8 approximation)");
+  c->add_flag("--no-mmap", a->no_mmap,
+              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   c->add_flag("--kv-f16", a->kv_f16, "store the KV cache in f16");
   c->add_option("-t,--task", a->task, "task mask name, or 'off'");
   c->callback([a] { ppl_cmd(*a); });

@@ -15,6 +15,7 @@ struct RunArgs {
   std::string model, prompt, system, task;
   size_t n = 256, threads = 0, ctx = 0;
   bool exact = false;
+  bool no_mmap = false;
   bool greedy = false, raw = false, no_think = false, kv_f16 = false;
   float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.1f, presence = 0.0f;
   int top_k = 40;
@@ -42,6 +43,7 @@ void run_cmd(const RunArgs& a) {
   runtime::LoadOptions lo;
   lo.threads = a.threads;
   lo.exact = a.exact;
+  lo.no_mmap = a.no_mmap;
   lo.ctx = a.ctx;
   lo.kv_f16 = a.kv_f16;
   lo.task = a.task;
@@ -121,6 +123,8 @@ void setup(CLI::App& root) {
   c->add_option("-t,--task", a->task, "task mask name, or 'off' (default: the file's fallback mask)");
   c->add_option("--threads", a->threads, "kernel threads (0 = all cores)");
   c->add_flag("--exact", a->exact, "f32 activations in every matvec (no int8 approximation)");
+  c->add_flag("--no-mmap", a->no_mmap,
+              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   c->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default min(max_position_embeddings, 4096))");
   c->add_flag("--kv-f16", a->kv_f16, "store the KV cache in f16");
   c->add_option("--stop", a->stop, "stop string (repeatable)");

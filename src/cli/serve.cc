@@ -25,6 +25,8 @@ void setup(CLI::App& root) {
   c->add_option("--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (default min(max_position_embeddings, 4096))");
   c->add_flag("--kv-f16", o->load.kv_f16, "store the KV caches in f16");
+  c->add_flag("--no-mmap", o->load.no_mmap,
+              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
   c->callback([o] {
     server::ServerOptions opt = *o;

@@ -247,7 +247,7 @@ Reader Reader::open(const std::string& path, const OpenOptions& opt) {
   auto load = [&](const std::string& p) {
     File f;
     f.path = p;
-    f.map = MappedFile(p);
+    f.map = MappedFile(p, opt.map_mode);
     f.bytes = f.map.bytes();
     open_file(f, opt);
     return f;

@@ -67,6 +67,9 @@ struct OpenOptions {
   /// Validate every payload's size/structure with quant::validate_payload at open (FORMAT-NOTES
   /// §1.4 step 5). Reserved dtypes (mix8_4, q4_col) and u8 are only bounds-checked.
   bool validate_payloads = true;
+  /// MapMode::Memory: read every file into 2 MiB-aligned anonymous memory with transparent huge
+  /// pages (`--no-mmap`, faster decode) instead of mmap'ing it (util/mmap_file.h).
+  MapMode map_mode = MapMode::Mmap;
 };
 
 /// An opened CMF file or shard set. Movable, not copyable. All spans point into the mmaps and stay

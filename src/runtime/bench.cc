@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 
@@ -254,6 +255,19 @@ void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
   }
 }
 
+namespace {
+
+/// The "<key> <n> kB" line of a /proc file in bytes; 0 when the file or key is missing.
+uint64_t proc_status_bytes(const char* file, std::string_view key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with(key)) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+  return 0;
+}
+
+}  // namespace
+
 BenchReport run_bench(const std::string& path, const BenchOptions& opt, const BenchProgress& progress) {
   if (opt.reps == 0) fail(ErrorKind::InvalidArgument, "-r/--repetitions must be >= 1");
   if (opt.threads.empty()) fail(ErrorKind::InvalidArgument, "no thread counts given (-t)");
@@ -269,6 +283,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
   BenchReport rep;
   rep.model_path = path;
   rep.exact_requested = opt.exact;
+  rep.load = opt.no_mmap ? "memory" : "mmap";
   using clock = std::chrono::steady_clock;
   auto ns_since = [](clock::time_point t0) {
     return std::chrono::duration<double, std::nano>(clock::now() - t0).count();
@@ -279,6 +294,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     lo.threads = threads;
     lo.task = "off";
     lo.exact = opt.exact;  // process-wide kernels::MatmulMode, restored on return
+    lo.no_mmap = opt.no_mmap;
     LoadedModel lm = load_model(path, lo);
     const cmf::Reader& r = *lm.reader;
     if (rep.arch_name.empty()) {
@@ -362,6 +378,9 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       finish_result(t, rep.weights.decode_bytes_per_token);
       rep.results.push_back(std::move(t));
     }
+    rep.rss_bytes.push_back(proc_status_bytes("/proc/self/status", "VmRSS:"));
+    rep.huge_bytes.push_back(proc_status_bytes("/proc/self/smaps_rollup", "AnonHugePages:"));
+    rep.kv_bytes.push_back(kv.bytes());
   }
   return rep;
 }
@@ -420,6 +439,14 @@ std::string to_markdown(const BenchReport& r) {
       "model: `{}` · file {} · weights {} · params {} · decode reads {} per token · matmul mode: {} ({})\n\n",
       r.model_path, format_size(r.file_bytes), format_size(r.weights.total_bytes),
       format_params(r.weights.params), format_size(r.weights.decode_bytes_per_token), r.mode, kern);
+  for (size_t i = 0; i < r.rss_bytes.size() && i < r.kv_bytes.size(); ++i) {
+    const uint64_t limit = r.file_bytes + r.kv_bytes[i] + (uint64_t{100} << 20);
+    s += fmt::format(
+        "load: {} · after the t={} tests: RSS {} (file + KV + 100 MiB = {}; KV {}; huge pages {})\n", r.load,
+        i < r.bandwidth.size() ? r.bandwidth[i].threads : 0, format_size(r.rss_bytes[i]), format_size(limit),
+        format_size(r.kv_bytes[i]), format_size(i < r.huge_bytes.size() ? r.huge_bytes[i] : 0));
+  }
+  if (!r.rss_bytes.empty()) s += "\n";
   s += "| model | size | params | dtypes | threads | test | t/s | BW GB/s | bound t/s | roofline |\n";
   s += "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   const std::string label = model_label(r), size = format_size(r.weights.total_bytes),
@@ -463,6 +490,13 @@ nlohmann::json to_json(const BenchReport& r) {
     o["exact"] = r.exact_requested;
     o["matmul_mode"] = r.mode;
     o["dtype_kernel"] = r.dtype_kernel;
+    o["load"] = r.load;
+    for (size_t i = 0; i < r.bandwidth.size(); ++i)
+      if (r.bandwidth[i].threads == t.threads && i < r.rss_bytes.size()) {
+        o["rss_bytes"] = r.rss_bytes[i];
+        o["kv_bytes"] = r.kv_bytes[i];
+        o["anon_huge_bytes"] = r.huge_bytes[i];
+      }
     arr.push_back(std::move(o));
   }
   return arr;

@@ -104,6 +104,7 @@ struct BenchOptions {
   std::vector<size_t> threads{1, 2};  ///< thread counts, each >= 1
   uint64_t seed = 42;                 ///< token-id RNG seed (std::mt19937_64)
   bool exact = false;                 ///< ask for the f32-activation kernels (LoadOptions::exact)
+  bool no_mmap = false;               ///< LoadOptions::no_mmap (huge-page anonymous copy)
   uint64_t bandwidth_bytes = 0;       ///< 0 = default_bandwidth_buffer_bytes()
   size_t bandwidth_passes = 5;
 };
@@ -134,7 +135,12 @@ struct BenchReport {
   /// dtype_name → "simd" or "reference": which kernel family runs that dtype's matrices.
   std::map<std::string, std::string> dtype_kernel;
   std::vector<Bandwidth> bandwidth;  ///< one per thread count
-  std::vector<TestResult> results;   ///< per thread count: pp then tg
+  std::string load;                  ///< "mmap" or "memory" (LoadOptions::no_mmap)
+  /// Per thread count: the process's resident set (VmRSS, bytes) after its tests, with the model
+  /// loaded and its KV cache allocated (the bandwidth buffer is freed by then), the KV cache's
+  /// bytes, and the anonymous huge-page bytes (AnonHugePages of /proc/self/smaps_rollup).
+  std::vector<uint64_t> rss_bytes, kv_bytes, huge_bytes;
+  std::vector<TestResult> results;  ///< per thread count: pp then tg
 };
 
 /// Fills the derived fields of `t` (ts, ns, samples_ts, roofline, bound_ts) from samples_ns,

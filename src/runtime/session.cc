@@ -22,7 +22,9 @@ std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
   LoadedModel lm;
-  lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path));
+  cmf::OpenOptions oo;
+  oo.map_mode = opt.no_mmap ? MapMode::Memory : MapMode::Mmap;
+  lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path, oo));
   const cmf::Reader& r = *lm.reader;
   if (r.is_skill_file())
     fail(ErrorKind::Unsupported,

@@ -26,6 +26,9 @@ struct LoadOptions {
   /// `--exact`: f32 activations in every matvec (kernels::MatmulMode::Exact); otherwise int8
   /// activations where a SIMD kernel has them (Fast). Process-wide: load_model sets the mode.
   bool exact = false;
+  /// `--no-mmap`: load the file into anonymous huge-page memory (util/mmap_file.h MapMode::Memory)
+  /// instead of mmap'ing it — slower start, file-sized anonymous RSS, faster decode.
+  bool no_mmap = false;
 };
 
 /// A runnable model: the mapped file, its bound model, tokenizer and chat bundle.

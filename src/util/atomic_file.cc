@@ -56,8 +56,8 @@ void AtomicFile::write_zeros(uint64_t n) {
 
 void AtomicFile::pwrite(uint64_t off, std::span<const uint8_t> bytes) {
   if (off + bytes.size() > size_)
-    fail(ErrorKind::Io, "patch of {} bytes at offset {} is past the end ({}) of '{}'", bytes.size(), off, size_,
-         temp_path_);
+    fail(ErrorKind::Io, "patch of {} bytes at offset {} is past the end ({}) of '{}'", bytes.size(), off,
+         size_, temp_path_);
   pwrite_all(fd_, bytes.data(), bytes.size(), off, temp_path_);
 }
 

@@ -58,10 +58,14 @@ inline uint16_t f32_to_f16(float f) noexcept {
 }
 
 /// Round an f32 through f16 and back (RNE).
-inline float round_f16(float f) noexcept { return f16_to_f32(f32_to_f16(f)); }
+inline float round_f16(float f) noexcept {
+  return f16_to_f32(f32_to_f16(f));
+}
 
 /// bf16 bits -> f32 (exact).
-inline float bf16_to_f32(uint16_t b) noexcept { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) noexcept {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 /// f32 -> bf16 bits, round-to-nearest-even; NaN stays a quiet NaN with its sign.
 inline uint16_t f32_to_bf16(float f) noexcept {

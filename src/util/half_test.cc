@@ -14,10 +14,10 @@ TEST(Half, KnownBitPatterns) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // tie at the top rounds to even -> Inf
-  EXPECT_EQ(f32_to_f16(0x1p-14f), 0x0400);  // smallest normal
-  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);  // smallest subnormal
-  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);  // tie between 0 and 2^-24 -> even (0)
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);    // tie at the top rounds to even -> Inf
+  EXPECT_EQ(f32_to_f16(0x1p-14f), 0x0400);    // smallest normal
+  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);    // smallest subnormal
+  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);    // tie between 0 and 2^-24 -> even (0)
   EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);  // 1.5 ulp -> tie -> even (2)
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
   EXPECT_EQ(f32_to_f16(std::numeric_limits<float>::infinity()), 0x7C00);
@@ -46,8 +46,8 @@ TEST(Half, RoundTripAllFiniteF16) {
 TEST(Half, Bf16) {
   EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
-  EXPECT_EQ(f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);           // tie -> even
-  EXPECT_EQ(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);       // tie -> even (up)
+  EXPECT_EQ(f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);      // tie -> even
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);  // tie -> even (up)
 }
 
 TEST(ErrorTest, KindAndMessage) {

@@ -1,22 +1,25 @@
 #include "util/progress.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-#include <fmt/format.h>
-
 namespace cortiq {
 
-bool Progress::enabled() { return ::isatty(STDERR_FILENO) == 1 && std::getenv("CORTIQ_NO_PROGRESS") == nullptr; }
+bool Progress::enabled() {
+  return ::isatty(STDERR_FILENO) == 1 && std::getenv("CORTIQ_NO_PROGRESS") == nullptr;
+}
 
 Progress::Progress(std::string label, uint64_t total, bool bytes_unit)
     : label_(std::move(label)), total_(total), bytes_unit_(bytes_unit), active_(enabled()) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 void Progress::advance(uint64_t n) {
   if (!active_) return;
