@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -55,10 +56,8 @@ struct Http {
   json j() const { return json::parse(body, nullptr, false); }
 };
 
-// One HTTP/1.1 request over a fresh loopback connection (Connection: close).
-Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-          const std::string& extra_headers = "") {
-  Http r;
+// A TCP connection to 127.0.0.1:port; -1 when it cannot connect.
+int connect_loopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -66,8 +65,17 @@ Http http(int port, const std::string& method, const std::string& path, const st
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
-    return r;
+    return -1;
   }
+  return fd;
+}
+
+// One HTTP/1.1 request over a fresh loopback connection (Connection: close).
+Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+          const std::string& extra_headers = "") {
+  Http r;
+  const int fd = connect_loopback(port);
+  if (fd < 0) return r;
   std::string req =
       method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
   if (!body.empty() || method == "POST")
@@ -368,6 +376,55 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   const std::string tail = "data: [DONE]\n\n";
   ASSERT_GE(r.body.size(), tail.size());
   EXPECT_EQ(r.body.substr(r.body.size() - tail.size()), tail);
+  stop_server();
+}
+
+// A non-stream request whose client hangs up is cancelled at the next step (issue 7 §2): the slot is
+// freed, /health counts the cancellation, and the next request is served.
+TEST_F(ServeE2E, NonStreamDisconnectCancels) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 1 --queue 2 --threads 1");
+  ASSERT_GT(port_, 0) << "server did not start";
+  auto health = [] { return http(port_, "GET", "/health").j(); };
+  json h = health();
+  ASSERT_EQ(h["cancelled"], 0) << h.dump();
+  ASSERT_EQ(h["completed"], 0) << h.dump();
+
+  // Send the request and hang up at once; with TCP_CORK the FIN travels in the request's segment, so
+  // the server sees the hang-up as soon as it has read the request. Unbounded max_tokens: without
+  // cancellation the sequence would run to the end of the context.
+  const int fd = connect_loopback(port_);
+  ASSERT_GE(fd, 0);
+  int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+  const std::string body = R"({"prompt":"Once upon a time","temperature":0,"max_tokens":100000})";
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  ::close(fd);
+
+  for (int i = 0; i < 1000; ++i) {  // until the job has ended (bounded: 10 s)
+    h = health();
+    if (h["completed"] == 1 && h["active"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(h["completed"], 1) << h.dump();
+  EXPECT_EQ(h["active"], 0) << h.dump();
+  EXPECT_EQ(h["waiting"], 0) << h.dump();
+  EXPECT_EQ(h["cancelled"], 1) << h.dump();
+
+  // The freed slot serves the next request in full.
+  auto r = http(port_, "POST", "/v1/completions",
+                R"({"prompt":"Once upon a time","temperature":0,"max_tokens":7})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["usage"]["completion_tokens"], 7);
+  h = health();
+  EXPECT_EQ(h["completed"], 2) << h.dump();
+  EXPECT_EQ(h["cancelled"], 1) << h.dump();
   stop_server();
 }
 

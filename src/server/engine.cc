@@ -11,10 +11,7 @@ namespace cortiq::server {
 
 void SerialBackend::run(std::span<StepItem> items) {
   for (auto& it : items) {
-    if (it.mask != current_) {
-      m_.set_mask(it.mask);
-      current_ = it.mask;
-    }
+    use_mask(it.mask);
     m_.forward(it.tokens, *it.kv, it.logits, model::LogitsMode::Last);
   }
 }
@@ -32,10 +29,7 @@ void BatchedBackend::run(std::span<StepItem> items) {
     steps.clear();
     for (auto& it : items)
       if (it.mask == mask) steps.push_back({it.tokens, it.kv, it.logits});
-    if (mask != current_) {
-      m_.set_mask(mask);
-      current_ = mask;
-    }
+    use_mask(mask);
     m_.forward_batch(steps);
   }
 }
@@ -91,7 +85,7 @@ bool Engine::submit(std::shared_ptr<Job> job) {
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> g(mu_);
-  return {active_, waiting_.size(), completed_};
+  return {active_, waiting_.size(), completed_, cancelled_};
 }
 
 void Engine::finish(Slot& s, const std::string& reason, const std::string& error) {
@@ -99,13 +93,17 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& error
   s.job.reset();
   s.sampler.reset();
   s.dec.reset();
+  {
+    // Counted before on_done: a client that has its answer sees the slot free in /health.
+    std::lock_guard<std::mutex> g(mu_);
+    --active_;
+    ++completed_;
+    if (reason == "cancelled") ++cancelled_;
+  }
   try {
     if (job && job->on_done) job->on_done(reason, s.generated, error);
   } catch (...) {
   }
-  std::lock_guard<std::mutex> g(mu_);
-  --active_;
-  ++completed_;
 }
 
 namespace {

@@ -46,30 +46,37 @@ class StepBackend {
   virtual void run(std::span<StepItem> items) = 0;
 };
 
-/// One Model::forward per item, switching the model's task mask when items differ.
-class SerialBackend : public StepBackend {
+/// A backend over one Model, which holds one active task mask at a time.
+class ModelBackend : public StepBackend {
  public:
   /// `default_mask` is the mask load_model activated (nullptr = none).
-  SerialBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
-  void run(std::span<StepItem> items) override;
+  ModelBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
 
- private:
+ protected:
+  /// Makes `mask` the model's active mask (Model::set_mask only when it changes).
+  void use_mask(const cmf::TaskMask* mask) {
+    if (mask == current_) return;
+    m_.set_mask(mask);
+    current_ = mask;
+  }
   model::Model& m_;
   const cmf::TaskMask* current_;
+};
+
+/// One Model::forward per item, switching the model's task mask when items differ.
+class SerialBackend : public ModelBackend {
+ public:
+  using ModelBackend::ModelBackend;
+  void run(std::span<StepItem> items) override;
 };
 
 /// Continuous batching: groups the step's items by task mask (the model holds one active mask)
 /// and runs each group as ONE Model::forward_batch — a single pass over the weights for all its
 /// sequences. Results are bit-identical to SerialBackend (Model::forward_batch contract).
-class BatchedBackend : public StepBackend {
+class BatchedBackend : public ModelBackend {
  public:
-  /// `default_mask` is the mask load_model activated (nullptr = none).
-  BatchedBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
+  using ModelBackend::ModelBackend;
   void run(std::span<StepItem> items) override;
-
- private:
-  model::Model& m_;
-  const cmf::TaskMask* current_;
 };
 
 /// Log-probability of a token and its top alternatives (natural log of the softmax of the model's
@@ -107,9 +114,10 @@ struct EngineOptions {
   size_t queue = 16;    ///< jobs allowed to wait for a slot
 };
 
-/// Counters (for /health and logs).
+/// Counters (for /health and logs): jobs in a slot, jobs in the wait queue, jobs ended since start
+/// (any reason) and, of those, jobs ended because they were cancelled.
 struct EngineStats {
-  size_t active = 0, waiting = 0, completed = 0;
+  size_t active = 0, waiting = 0, completed = 0, cancelled = 0;
 };
 
 class Engine {
@@ -139,7 +147,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> waiting_;
-  size_t active_ = 0, completed_ = 0;
+  size_t active_ = 0, completed_ = 0, cancelled_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

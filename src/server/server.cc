@@ -12,9 +12,12 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <vector>
 
 #include "server/api.h"
+#include "server/connection.h"
 #include "server/engine.h"
 #include "tokenizer/chat_template.h"
 
@@ -123,6 +126,8 @@ class Service {
                {"slots", opt_.parallel},
                {"active", st.active},
                {"waiting", st.waiting},
+               {"completed", st.completed},
+               {"cancelled", st.cancelled},
                {"capabilities", {{"tools", tmpl_ && tmpl_->source().find("tool") != std::string::npos}}}});
   }
 
@@ -203,30 +208,17 @@ class Service {
   void chat(const httplib::Request& req, httplib::Response& res) {
     const ojson b = parse_body(req);
     auto r = parse_chat_request(b);
-    const std::string text = render(r);
-    auto job = make_job(lm_.tokenizer->encode(text, false), r.sampling, r.task);
+    auto job = make_job(lm_.tokenizer->encode(render(r), false), r.sampling, r.task);
     const bool tools = !r.tools.is_null();
-    const std::string model = r.model.empty() ? model_id_ : r.model;
-    const std::string id = random_id("chatcmpl-");
-    const int64_t created = unix_now();
-    const size_t prompt_tokens = job->prompt.size();
-    auto ch = attach(job);
-    if (!engine_->submit(job)) throw busy();
+    const bool want_lp = r.sampling.logprobs;
+    Generation g = start(req, std::move(job), r.model, "chatcmpl-");
     if (!r.stream) {
-      Channel::Event done;
       std::string out;
       ojson lps = ojson::array();
-      for (;;) {
-        auto e = ch->pop(1000);
-        if (!e) continue;
-        if (e->done) {
-          done = std::move(*e);
-          break;
-        }
-        out += e->text;
-        for (const auto& t : e->lps) lps.push_back(chat_logprob(t));
-      }
-      if (done.finish == "error") throw ApiError(500, "generation failed: " + done.error, "server_error");
+      const Channel::Event done = collect(g, [&](const Channel::Event& e) {
+        out += e.text;
+        for (const auto& t : e.lps) lps.push_back(chat_logprob(t));
+      });
       ojson msg = {{"role", "assistant"}};
       std::string finish = done.finish;
       ToolParse tp{out, {}};
@@ -239,116 +231,57 @@ class Service {
       }
       msg["refusal"] = nullptr;
       ojson choice = {{"index", 0}, {"message", msg}};
-      choice["logprobs"] =
-          r.sampling.logprobs ? ojson({{"content", lps}, {"refusal", nullptr}}) : ojson(nullptr);
+      choice["logprobs"] = want_lp ? chat_logprobs(std::move(lps)) : ojson(nullptr);
       choice["finish_reason"] = finish;
-      send_json(res, 200,
-                {{"id", id},
-                 {"object", "chat.completion"},
-                 {"created", created},
-                 {"model", model},
-                 {"choices", ojson::array({choice})},
-                 {"usage", usage(prompt_tokens, done.completion_tokens)},
-                 {"system_fingerprint", nullptr}});
+      send_json(res, 200, completion_body(g, "chat.completion", std::move(choice), done.completion_tokens));
       return;
     }
-    // Streaming.
-    struct St {
-      bool started = false, finished = false, tools = false, include_usage = false, logprobs = false;
+    // Streaming: content is held back from where tool-call markup may begin (sent as tool_calls at
+    // the end when it parses, as content otherwise).
+    struct Held {
       std::string full;  // everything generated
       size_t sent = 0;   // bytes of `full` sent as content
     };
-    auto st = std::make_shared<St>();
-    st->tools = tools;
-    st->include_usage = r.include_usage;
-    st->logprobs = r.sampling.logprobs;
-    auto base = [id, created, model, st](ojson choices) {
-      ojson c = {{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
-                 {"model", model}, {"system_fingerprint", nullptr},     {"choices", std::move(choices)}};
-      if (st->include_usage) c["usage"] = nullptr;
-      return c;
+    auto st = std::make_shared<Held>();
+    ChunkSource src;
+    src.opening = [] {
+      return std::vector<ojson>{delta_choice({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}})};
     };
-    auto delta_chunk = [base](ojson delta, ojson logprobs, ojson finish) {
-      ojson ch0 = {{"index", 0},
-                   {"delta", std::move(delta)},
-                   {"logprobs", std::move(logprobs)},
-                   {"finish_reason", std::move(finish)}};
-      return base(ojson::array({ch0}));
+    src.text = [this, st, tools, want_lp](const Channel::Event& e) {
+      st->full += e.text;
+      size_t upto = st->full.size();
+      if (tools) upto = std::min(upto, tool_markup_start(st->full, true));
+      ojson lp = nullptr;
+      if (want_lp && !e.lps.empty()) {
+        ojson arr = ojson::array();
+        for (const auto& t : e.lps) arr.push_back(chat_logprob(t));
+        lp = chat_logprobs(std::move(arr));
+      }
+      std::vector<ojson> out;
+      if (upto > st->sent || !lp.is_null()) {
+        const std::string piece =
+            upto > st->sent ? st->full.substr(st->sent, upto - st->sent) : std::string();
+        st->sent = std::max(st->sent, upto);
+        out.push_back(delta_choice({{"content", piece}}, std::move(lp)));
+      }
+      return out;
     };
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st, ch, job, delta_chunk, base, prompt_tokens](size_t, httplib::DataSink& sink) -> bool {
-          auto write = [&](const std::string& s) {
-            if (!sink.write(s.data(), s.size())) {
-              job->cancel = true;
-              return false;
-            }
-            return true;
-          };
-          if (!st->started) {
-            st->started = true;
-            if (!write(sse_event(delta_chunk({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}},
-                                             nullptr, nullptr))))
-              return false;
-          }
-          auto e = ch->pop(100);
-          if (!e) {
-            if (sink.is_writable && !sink.is_writable()) {
-              job->cancel = true;
-              return false;
-            }
-            return true;
-          }
-          if (!e->done) {
-            st->full += e->text;
-            size_t upto = st->full.size();
-            if (st->tools) upto = std::min(upto, tool_markup_start(st->full, true));
-            ojson lp = nullptr;
-            if (st->logprobs && !e->lps.empty()) {
-              ojson arr = ojson::array();
-              for (const auto& t : e->lps) arr.push_back(chat_logprob(t));
-              lp = {{"content", arr}, {"refusal", nullptr}};
-            }
-            if (upto > st->sent || !lp.is_null()) {
-              const std::string piece =
-                  upto > st->sent ? st->full.substr(st->sent, upto - st->sent) : std::string();
-              st->sent = std::max(st->sent, upto);
-              if (!write(sse_event(delta_chunk({{"content", piece}}, lp, nullptr)))) return false;
-            }
-            return true;
-          }
-          // Done.
-          if (e->finish == "error") {
-            write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
-            write("data: [DONE]\n\n");
-            sink.done();
-            return true;
-          }
-          std::string finish = e->finish;
-          if (st->tools) {
-            auto tp = parse_tool_calls(std::string_view(st->full), true);
-            if (!tp.calls.empty()) {
-              finish = "tool_calls";
-              if (!write(sse_event(
-                      delta_chunk({{"tool_calls", tool_calls_json(tp.calls, true)}}, nullptr, nullptr))))
-                return false;
-            } else if (st->full.size() > st->sent) {
-              if (!write(sse_event(delta_chunk({{"content", st->full.substr(st->sent)}}, nullptr, nullptr))))
-                return false;
-            }
-          }
-          if (!write(sse_event(delta_chunk(ojson::object(), nullptr, finish)))) return false;
-          if (st->include_usage) {
-            ojson u = base(ojson::array());
-            u["usage"] = usage(prompt_tokens, e->completion_tokens);
-            if (!write(sse_event(u))) return false;
-          }
-          write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        },
-        [job](bool) { job->cancel = true; });
+    src.closing = [st, tools](const Channel::Event& e) {
+      std::vector<ojson> out;
+      std::string finish = e.finish;
+      if (tools) {
+        auto tp = parse_tool_calls(std::string_view(st->full), true);
+        if (!tp.calls.empty()) {
+          finish = "tool_calls";
+          out.push_back(delta_choice({{"tool_calls", tool_calls_json(tp.calls, true)}}));
+        } else if (st->full.size() > st->sent) {
+          out.push_back(delta_choice({{"content", st->full.substr(st->sent)}}));
+        }
+      }
+      out.push_back(delta_choice(ojson::object(), nullptr, finish));
+      return out;
+    };
+    stream(res, std::move(g), "chat.completion.chunk", r.include_usage, std::move(src));
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
@@ -367,115 +300,166 @@ class Service {
                          "invalid_request_error", "prompt");
     }
     auto job = make_job(std::move(ids), r.sampling, r.task);
-    const std::string model = r.model.empty() ? model_id_ : r.model;
-    const std::string id = random_id("cmpl-");
-    const int64_t created = unix_now();
-    const size_t prompt_tokens = job->prompt.size();
     const std::string echo =
         r.echo ? (r.prompt_text ? *r.prompt_text : lm_.tokenizer->decode(job->prompt, true)) : "";
-    auto ch = attach(job);
-    if (!engine_->submit(job)) throw busy();
     const bool want_lp = r.sampling.logprobs;
+    Generation g = start(req, std::move(job), r.model, "cmpl-");
     if (!r.stream) {
       std::string out = echo;
-      ojson lp = {{"tokens", ojson::array()},
-                  {"token_logprobs", ojson::array()},
-                  {"top_logprobs", ojson::array()},
-                  {"text_offset", ojson::array()}};
+      ojson lp = empty_completion_logprobs();
       size_t offset = out.size();
-      Channel::Event done;
-      for (;;) {
-        auto e = ch->pop(1000);
-        if (!e) continue;
-        if (e->done) {
-          done = std::move(*e);
-          break;
-        }
-        out += e->text;
-        for (const auto& t : e->lps) add_completion_logprob(lp, t, offset);
-      }
-      if (done.finish == "error") throw ApiError(500, "generation failed: " + done.error, "server_error");
-      ojson choice = {{"text", out},
-                      {"index", 0},
-                      {"logprobs", want_lp ? lp : ojson(nullptr)},
-                      {"finish_reason", done.finish}};
+      const Channel::Event done = collect(g, [&](const Channel::Event& e) {
+        out += e.text;
+        for (const auto& t : e.lps) add_completion_logprob(lp, t, offset);
+      });
       send_json(res, 200,
-                {{"id", id},
-                 {"object", "text_completion"},
-                 {"created", created},
-                 {"model", model},
-                 {"choices", ojson::array({choice})},
-                 {"usage", usage(prompt_tokens, done.completion_tokens)},
-                 {"system_fingerprint", nullptr}});
+                completion_body(g, "text_completion",
+                                text_choice(out, want_lp ? std::move(lp) : ojson(nullptr), done.finish),
+                                done.completion_tokens));
       return;
     }
-    struct St {
-      bool echoed = false;
-      size_t offset = 0;
+    auto offset = std::make_shared<size_t>(echo.size());
+    ChunkSource src;
+    src.opening = [echo] {
+      return echo.empty() ? std::vector<ojson>{} : std::vector<ojson>{text_choice(echo)};
     };
-    auto st = std::make_shared<St>();
-    st->offset = echo.size();
-    const bool include_usage = r.include_usage;
-    auto chunk = [id, created, model, include_usage](const std::string& text, ojson lp, ojson finish) {
-      ojson c = {{"id", id},
-                 {"object", "text_completion"},
-                 {"created", created},
-                 {"model", model},
+    src.text = [this, offset, want_lp](const Channel::Event& e) {
+      ojson lp = nullptr;
+      if (want_lp) {
+        lp = empty_completion_logprobs();
+        for (const auto& t : e.lps) add_completion_logprob(lp, t, *offset);
+      }
+      return std::vector<ojson>{text_choice(e.text, std::move(lp))};
+    };
+    src.closing = [](const Channel::Event& e) {
+      return std::vector<ojson>{text_choice("", nullptr, e.finish)};
+    };
+    stream(res, std::move(g), "text_completion", r.include_usage, std::move(src));
+  }
+
+ private:
+  /// A generation request once queued: the identity its response carries, the job, the channel its
+  /// events arrive on, and the client's connection (for disconnect detection).
+  struct Generation {
+    std::string id, model;
+    int64_t created = 0;
+    size_t prompt_tokens = 0;
+    std::shared_ptr<Job> job;
+    std::shared_ptr<Channel> ch;
+    int fd = -1;  ///< the client's socket; -1 = not found (no disconnect detection)
+  };
+
+  /// The route-specific part of an SSE response: the `choices[0]` object of each chunk to send
+  /// before the first event, for a text event, and for the final (non-error) event.
+  struct ChunkSource {
+    std::function<std::vector<ojson>()> opening;
+    std::function<std::vector<ojson>(const Channel::Event&)> text;
+    std::function<std::vector<ojson>(const Channel::Event&)> closing;
+  };
+
+  /// Queues `job` (429 when the wait queue is full) and names its response: id = `id_prefix` + 24
+  /// random alphanumerics, model = the request's `model` or ours.
+  Generation start(const httplib::Request& req, std::shared_ptr<Job> job, const std::string& model,
+                   std::string_view id_prefix) {
+    Generation g;
+    g.model = model.empty() ? model_id_ : model;
+    g.id = random_id(id_prefix);
+    g.created = unix_now();
+    g.prompt_tokens = job->prompt.size();
+    g.ch = attach(job);
+    g.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    if (!engine_->submit(job)) throw busy();
+    g.job = std::move(job);
+    return g;
+  }
+
+  /// Waits for the end of a non-stream generation, handing every text event to `on_text`. Cancels
+  /// the job when the client hangs up (checked before every wait, so at least once per decoded token
+  /// and every 100 ms while queued). Returns the final event; throws ApiError(500) for a failed
+  /// generation and ApiError(499, nginx's "client closed request") for a cancelled one.
+  static Channel::Event collect(const Generation& g,
+                                const std::function<void(const Channel::Event&)>& on_text) {
+    for (;;) {
+      if (!g.job->cancel.load() && peer_gone(g.fd)) g.job->cancel = true;
+      auto e = g.ch->pop(100);
+      if (!e) continue;
+      if (!e->done) {
+        on_text(*e);
+        continue;
+      }
+      if (e->finish == "error") throw ApiError(500, "generation failed: " + e->error, "server_error");
+      if (e->finish == "cancelled")
+        throw ApiError(499, "the client closed the connection; generation cancelled", "server_error");
+      return std::move(*e);
+    }
+  }
+
+  /// A non-stream response (OpenAI `chat.completion` / `text_completion` object) with one choice.
+  static ojson completion_body(const Generation& g, const char* object, ojson choice,
+                               size_t completion_tokens) {
+    return {{"id", g.id},
+            {"object", object},
+            {"created", g.created},
+            {"model", g.model},
+            {"choices", ojson::array({std::move(choice)})},
+            {"usage", usage(g.prompt_tokens, completion_tokens)},
+            {"system_fingerprint", nullptr}};
+  }
+
+  /// Answers with Server-Sent Events: every chunk is an `object` (`chat.completion.chunk` /
+  /// `text_completion`) carrying one choice from `src`, with `"usage": null` when `include_usage`;
+  /// then, with `include_usage`, a chunk with no choices and the usage; then `data: [DONE]`. A failed
+  /// generation sends an error event and [DONE]. A client that hangs up (failed write, or the
+  /// socket found closed while no event came for 100 ms) cancels the job.
+  void stream(httplib::Response& res, Generation g, const char* object, bool include_usage, ChunkSource src) {
+    auto envelope = [g, object, include_usage](ojson choices) {
+      ojson c = {{"id", g.id},
+                 {"object", object},
+                 {"created", g.created},
+                 {"model", g.model},
                  {"system_fingerprint", nullptr},
-                 {"choices", ojson::array({{{"text", text},
-                                            {"index", 0},
-                                            {"logprobs", std::move(lp)},
-                                            {"finish_reason", std::move(finish)}}})}};
+                 {"choices", std::move(choices)}};
       if (include_usage) c["usage"] = nullptr;
       return c;
     };
+    auto opened = std::make_shared<bool>(false);
+    auto job = g.job;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, st, ch, job, chunk, echo, want_lp, include_usage, id, created, model, prompt_tokens](
-            size_t, httplib::DataSink& sink) -> bool {
+        [g, src, envelope, include_usage, opened](size_t, httplib::DataSink& sink) -> bool {
           auto write = [&](const std::string& s) {
             if (!sink.write(s.data(), s.size())) {
-              job->cancel = true;
+              g.job->cancel = true;
               return false;
             }
             return true;
           };
-          if (!st->echoed) {
-            st->echoed = true;
-            if (!echo.empty() && !write(sse_event(chunk(echo, nullptr, nullptr)))) return false;
+          auto write_choices = [&](const std::vector<ojson>& choices) {
+            for (const auto& c : choices)
+              if (!write(sse_event(envelope(ojson::array({c}))))) return false;
+            return true;
+          };
+          if (!*opened) {
+            *opened = true;
+            if (!write_choices(src.opening())) return false;
           }
-          auto e = ch->pop(100);
+          auto e = g.ch->pop(100);
           if (!e) {
-            if (sink.is_writable && !sink.is_writable()) {
-              job->cancel = true;
+            if ((sink.is_writable && !sink.is_writable()) || peer_gone(g.fd)) {
+              g.job->cancel = true;
               return false;
             }
             return true;
           }
-          if (!e->done) {
-            ojson lp = nullptr;
-            if (want_lp) {
-              lp = {{"tokens", ojson::array()},
-                    {"token_logprobs", ojson::array()},
-                    {"top_logprobs", ojson::array()},
-                    {"text_offset", ojson::array()}};
-              for (const auto& t : e->lps) add_completion_logprob(lp, t, st->offset);
-            }
-            return write(sse_event(chunk(e->text, lp, nullptr)));
-          }
+          if (!e->done) return write_choices(src.text(*e));
           if (e->finish == "error") {
             write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
           } else {
-            if (!write(sse_event(chunk("", nullptr, e->finish)))) return false;
+            if (!write_choices(src.closing(*e))) return false;
             if (include_usage) {
-              ojson u = {{"id", id},
-                         {"object", "text_completion"},
-                         {"created", created},
-                         {"model", model},
-                         {"system_fingerprint", nullptr},
-                         {"choices", ojson::array()},
-                         {"usage", usage(prompt_tokens, e->completion_tokens)}};
+              ojson u = envelope(ojson::array());
+              u["usage"] = usage(g.prompt_tokens, e->completion_tokens);
               if (!write(sse_event(u))) return false;
             }
           }
@@ -486,7 +470,34 @@ class Service {
         [job](bool) { job->cancel = true; });
   }
 
- private:
+  /// A `chat.completion.chunk` choice: {index, delta, logprobs, finish_reason}.
+  static ojson delta_choice(ojson delta, ojson logprobs = nullptr, ojson finish = nullptr) {
+    return {{"index", 0},
+            {"delta", std::move(delta)},
+            {"logprobs", std::move(logprobs)},
+            {"finish_reason", std::move(finish)}};
+  }
+
+  /// A `text_completion` choice (non-stream and stream alike): {text, index, logprobs, finish_reason}.
+  static ojson text_choice(const std::string& text, ojson logprobs = nullptr, ojson finish = nullptr) {
+    return {{"text", text},
+            {"index", 0},
+            {"logprobs", std::move(logprobs)},
+            {"finish_reason", std::move(finish)}};
+  }
+
+  /// A chat choice's `logprobs`: {content: [per-token entries], refusal: null}.
+  static ojson chat_logprobs(ojson content) {
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+
+  /// A completion choice's `logprobs` before any token: {tokens, token_logprobs, top_logprobs, text_offset}.
+  static ojson empty_completion_logprobs() {
+    return {{"tokens", ojson::array()},
+            {"token_logprobs", ojson::array()},
+            {"top_logprobs", ojson::array()},
+            {"text_offset", ojson::array()}};
+  }
   static ApiError busy() {
     return ApiError(429, "the server is busy: every slot is in use and the wait queue is full; retry later",
                     "rate_limit_error", std::nullopt, "queue_full");

@@ -5,6 +5,8 @@
 // Security: binds 127.0.0.1 unless `host` says otherwise; with an API key every route but the
 // health check requires `Authorization: Bearer KEY` (401 otherwise); bodies over max_body_bytes
 // get 413; a full wait queue 429; all errors are OpenAI error JSON.
+// A client that hangs up (stream or not) cancels its sequence at the next step (server/connection.h).
+// GET /health: {status, model, slots, active, waiting, completed, cancelled, capabilities}.
 #pragma once
 
 #include <cstddef>
