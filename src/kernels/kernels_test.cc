@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "quant/codec.h"
 #include "util/error.h"
@@ -184,6 +187,33 @@ TEST(Kernels, ThreadPoolCoversRangeAndPropagatesErrors) {
                                  }),
                std::runtime_error);
   pool.parallel_for(10, [&](size_t, size_t) {});  // still usable
+}
+
+// Back-to-back jobs smaller than the pool (idle workers must not pick up the next job's fields as
+// their own), jobs after the workers went to sleep, and a caller-side exception.
+TEST(Kernels, ThreadPoolRapidSmallJobsRunEachIndexOnce) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hit(4);
+  for (int rep = 0; rep < 20000; ++rep) {
+    const size_t n = 1 + static_cast<size_t>(rep % 4);
+    pool.parallel_for(n, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) hit[i].fetch_add(1, std::memory_order_relaxed);
+    });
+  }
+  // index i is in a job of size n > i: sizes 1..4 cycle 5000 times each.
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(hit[i].load(), 5000 * static_cast<int>(4 - i)) << i;
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // past the spin window: workers block
+  std::atomic<int> total{0};
+  pool.parallel_for(400, [&](size_t b, size_t e) { total += static_cast<int>(e - b); });
+  EXPECT_EQ(total.load(), 400);
+  EXPECT_THROW(pool.parallel_for(4,
+                                 [&](size_t b, size_t) {
+                                   if (b == 0) throw std::runtime_error("caller");
+                                 }),
+               std::runtime_error);
+  total = 0;
+  pool.parallel_for(8, [&](size_t b, size_t e) { total += static_cast<int>(e - b); });
+  EXPECT_EQ(total.load(), 8);
 }
 
 }  // namespace

@@ -1,9 +1,22 @@
 #include "kernels/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 namespace cortiq::kernels {
+
+namespace {
+
+inline void cpu_relax() {
+  _mm_pause();
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
@@ -13,7 +26,8 @@ ThreadPool::ThreadPool(size_t threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
+    generation_.fetch_add(uint64_t{1} << 8);
   }
   cv_work_.notify_all();
   for (auto& t : workers_) t.join();
@@ -29,50 +43,71 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   }
   const size_t chunk = (n + parts - 1) / parts;
   const size_t nchunks = (n + chunk - 1) / chunk;
-  {
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = chunk;
+  error_ = nullptr;
+  pending_.store(nchunks - 1);  // chunk 0 runs on the caller
+  // The chunk count travels inside the generation word, so a worker without a chunk never reads
+  // the job fields (which the next call may already be rewriting). seq_cst store then seq_cst load
+  // of sleepers_ pairs with the worker's increment of sleepers_ then load of generation_: either
+  // the worker sees the new generation or we see it sleeping.
+  generation_.store(((generation_.load() >> 8) + 1) << 8 | nchunks);
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunk_ = chunk;
-    nchunks_ = nchunks;
-    pending_ = nchunks - 1;  // chunk 0 runs on the caller
-    error_ = nullptr;
-    ++generation_;
+    cv_work_.notify_all();
   }
-  cv_work_.notify_all();
   std::exception_ptr mine;
   try {
     fn(0, std::min(chunk, n));
   } catch (...) {
     mine = std::current_exception();
   }
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
+  // Spin, yielding now and then: with more threads than cores a worker may need our core.
+  for (uint32_t spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    cpu_relax();
+    if ((spins & 127) == 127) std::this_thread::yield();
+  }
   fn_ = nullptr;
   if (mine) std::rethrow_exception(mine);
+  std::lock_guard<std::mutex> lk(mu_);
   if (error_) std::rethrow_exception(error_);
 }
 
 void ThreadPool::worker_loop(size_t index) {
-  size_t seen = 0;
+  uint64_t seen = 0;
   for (;;) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    if (index >= nchunks_) continue;  // not needed for this job
-    const auto* fn = fn_;
-    const size_t b = index * chunk_, e = std::min(n_, b + chunk_);
-    lk.unlock();
-    std::exception_ptr err;
-    try {
-      (*fn)(b, e);
-    } catch (...) {
-      err = std::current_exception();
+    // Spin for the next generation, then block.
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const auto deadline = Clock::now() + std::chrono::microseconds(kSpinMicros);
+      for (uint32_t i = 0; (g = generation_.load(std::memory_order_acquire)) == seen; ++i) {
+        cpu_relax();
+        if ((i & 127) == 127) {
+          if (Clock::now() > deadline) break;
+          std::this_thread::yield();  // an oversubscribed pool must not starve the working threads
+        }
+      }
+      if (g == seen) {
+        std::unique_lock<std::mutex> lk(mu_);
+        sleepers_.fetch_add(1);
+        cv_work_.wait(lk, [&] { return generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        g = generation_.load();
+      }
     }
-    lk.lock();
-    if (err && !error_) error_ = err;
-    if (--pending_ == 0) cv_done_.notify_all();
+    seen = g;
+    if (stop_.load()) return;
+    if (index < (g & 0xFF)) {
+      const size_t b = index * chunk_, e = std::min(n_, b + chunk_);
+      try {
+        (*fn_)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
   }
 }
 
