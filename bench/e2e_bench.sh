@@ -13,6 +13,7 @@
 #   --quants LIST     comma-separated (default f16,q8,q8_2f,q4t,q4tp,q2tp,q1t)
 #   -p N -n N -r N -t LIST   passed to `cortiq bench` (defaults 512, 128, 3, 1,2)
 #   --exact           passed to `cortiq bench`
+#   --no-mmap         passed to `cortiq bench` (load into huge-page memory instead of mmap)
 #   --clean           remove the work dir at the end (default: kept, so a rerun skips generation)
 # Needs /usr/bin/python3 with numpy (Debian python3-numpy) and ~3 GB of free disk.
 set -euo pipefail
@@ -24,6 +25,7 @@ OUT=""
 QUANTS="f16,q8,q8_2f,q4t,q4tp,q2tp,q1t"
 P=512 N=128 R=3 T=1,2
 EXACT=""
+NOMMAP=""
 CLEAN=0
 
 while [[ $# -gt 0 ]]; do
@@ -37,8 +39,9 @@ while [[ $# -gt 0 ]]; do
     -r) R="$2"; shift 2 ;;
     -t) T="$2"; shift 2 ;;
     --exact) EXACT="--exact"; shift ;;
+    --no-mmap) NOMMAP="--no-mmap"; shift ;;
     --clean) CLEAN=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "e2e_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,7 +73,7 @@ fi
        "flags: $(grep -m1 -o -w -E 'avx512_vnni|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "- host load (1/5/15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- binary: $CORTIQ"
-  echo "- bench: -p $P -n $N -r $R -t $T $EXACT"
+  echo "- bench: -p $P -n $N -r $R -t $T $EXACT $NOMMAP"
   echo
 } > "$OUT"
 
@@ -86,7 +89,7 @@ for q in "${QL[@]}"; do
     echo "## $q"
     echo
   } >> "$OUT"
-  if "$CORTIQ" bench "$cmf" -p "$P" -n "$N" -r "$R" -t "$T" $EXACT --progress \
+  if "$CORTIQ" bench "$cmf" -p "$P" -n "$N" -r "$R" -t "$T" $EXACT $NOMMAP --progress \
        --json-file "${OUT%.md}-$q.json" > "$WORK/bench-$q.md"; then
     cat "$WORK/bench-$q.md" >> "$OUT"
   else

@@ -653,9 +653,10 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
       return;
     }
     case DType::Q1T: {
-      const Q1tView v = q1t_view(shape, payload, what);
+      const Q1tView v = q1t_view(shape, payload, what, /*check_rows=*/false);
       const uint64_t gpr = m.in / kGroup;
       for (uint64_t r = r0; r < r0 + cnt; ++r) {
+        q1t_check_row(v, r, what);
         for (uint64_t g = 0; g < gpr; ++g) {
           const uint8_t* tile = v.base + (r * gpr + g) * kQ1tTileBytes;
           if (!q1t_tile_ok(tile))

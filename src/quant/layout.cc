@@ -96,7 +96,23 @@ Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> paylo
   return v;
 }
 
-Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what) {
+void q1t_check_row(const Q1tView& v, uint64_t r, std::string_view what) {
+  if (v.ptr(r + 1) < v.ptr(r) || v.ptr(r + 1) > v.ptr(v.rows))
+    fail(ErrorKind::Parse, "tensor '{}': q1t row_ptr not monotone at row {} ({} > {})", what, r, v.ptr(r),
+         v.ptr(r + 1));
+  const uint64_t gpr = v.in / kGroup;
+  for (uint32_t i = v.ptr(r); i < v.ptr(r + 1); ++i) {
+    const uint64_t c = v.col(i);
+    if (c >= v.in)
+      fail(ErrorKind::Parse, "tensor '{}': q1t outlier {} (row {}) has col {} >= in {}", what, i, r, c, v.in);
+    const uint8_t* tile = v.base + (r * gpr + c / kGroup) * kQ1tTileBytes;
+    if (q1t_code(tile, static_cast<uint32_t>(c % kGroup)) != 0)
+      fail(ErrorKind::Parse, "tensor '{}': q1t base code at outlier (row {}, col {}) is not 0", what, r, c);
+  }
+}
+
+Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what,
+                 bool check_rows) {
   const Matrix m = grouped_2d(DType::Q1T, shape, what);
   if (m.in > 65536) fail(ErrorKind::Parse, "tensor '{}': q1t needs in <= 65536, got {}", what, m.in);
   const uint64_t base_bytes = mul(m.rows * (m.in / kGroup), kQ1tTileBytes, what);
@@ -109,23 +125,9 @@ Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> paylo
   v.row_ptr = payload.data() + base_bytes;
   v.entries = payload.data() + head;
   if (v.ptr(0) != 0) fail(ErrorKind::Parse, "tensor '{}': q1t row_ptr[0] = {}, must be 0", what, v.ptr(0));
-  for (uint64_t r = 0; r < m.rows; ++r)
-    if (v.ptr(r + 1) < v.ptr(r))
-      fail(ErrorKind::Parse, "tensor '{}': q1t row_ptr not monotone at row {} ({} > {})", what, r, v.ptr(r),
-           v.ptr(r + 1));
   exact(what, DType::Q1T, add(head, mul(v.ptr(m.rows), 4, what), what), payload.size());
-  const uint64_t gpr = m.in / kGroup;
-  for (uint64_t r = 0; r < m.rows; ++r) {
-    for (uint32_t i = v.ptr(r); i < v.ptr(r + 1); ++i) {
-      const uint64_t c = v.col(i);
-      if (c >= m.in)
-        fail(ErrorKind::Parse, "tensor '{}': q1t outlier {} (row {}) has col {} >= in {}", what, i, r, c,
-             m.in);
-      const uint8_t* tile = v.base + (r * gpr + c / kGroup) * kQ1tTileBytes;
-      if (q1t_code(tile, static_cast<uint32_t>(c % kGroup)) != 0)
-        fail(ErrorKind::Parse, "tensor '{}': q1t base code at outlier (row {}, col {}) is not 0", what, r, c);
-    }
-  }
+  if (check_rows)
+    for (uint64_t r = 0; r < m.rows; ++r) q1t_check_row(v, r, what);
   return v;
 }
 

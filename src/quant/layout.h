@@ -113,7 +113,14 @@ struct Q1tView {
 };
 /// Parses a q1t payload: in ≤ 65536, exact length, row_ptr[0] == 0 and monotone, every col < in,
 /// base code 0 at every overlay position (base code bytes themselves are checked by decode).
-Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what);
+/// `check_rows = false` does only the O(1) part (in, sizes, row_ptr[0], exact length from
+/// row_ptr[rows]); the caller must then q1t_check_row every row it reads — decode_rows does, so a
+/// per-block decode costs O(block), not O(tensor). Throws Error(Parse) naming `what`.
+Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what,
+                 bool check_rows = true);
+/// The per-row part of q1t_view for row r: row_ptr[r] ≤ row_ptr[r+1] ≤ row_ptr[rows], every col
+/// < in, base code 0 under every overlay entry. Throws Error(Parse) naming `what` and the row.
+void q1t_check_row(const Q1tView& v, uint64_t r, std::string_view what);
 /// Ternary code k (0..31) of a 9-byte q1t tile (0, 1 or 2 for a tile accepted by q1t_tile_ok).
 inline uint32_t q1t_code(const uint8_t* tile, uint32_t k) noexcept {
   static constexpr uint32_t kPow3[5] = {1, 3, 9, 27, 81};
