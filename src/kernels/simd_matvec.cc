@@ -921,7 +921,11 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 /// codec a template parameter nothing spills; 2-row tiles were 15–40% slower).
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
-  if (n > 1 && pl.fam == Fam::Q8)
+  // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
+  // divides them, so no padded token is computed.
+  if (n == 2)
+    block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (n > 1 && (pl.fam == Fam::Q8 || n % 4 == 0))
     block_int8_rt<4, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (n > 1)
     block_int8_rt<4, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
