@@ -344,40 +344,31 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       m.forward(one, kv, logits);
     }
 
-    if (opt.n_prompt > 0) {
+    // One test: `reps` timed runs of `body(ids)` on n fresh random ids from an empty KV cache.
+    auto run_test = [&](std::string name, size_t n, bool prefill, auto&& body) {
       TestResult t;
-      t.test = fmt::format("pp{}", opt.n_prompt);
-      t.n_prompt = opt.n_prompt;
+      t.test = std::move(name);
+      (prefill ? t.n_prompt : t.n_gen) = n;
       t.threads = threads;
       t.bandwidth_gbs = bw.best_gbs;
       for (size_t i = 0; i < opt.reps; ++i) {
         say(fmt::format("t={} {} rep {}/{}", threads, t.test, i + 1, opt.reps));
-        const auto ids = random_ids(opt.n_prompt);
+        const auto ids = random_ids(n);
         kv.truncate(0);
         const auto t0 = clock::now();
-        m.forward(ids, kv, logits);
+        body(ids);
         t.samples_ns.push_back(ns_since(t0));
       }
       finish_result(t, rep.weights.decode_bytes_per_token);
       rep.results.push_back(std::move(t));
-    }
-    if (opt.n_gen > 0) {
-      TestResult t;
-      t.test = fmt::format("tg{}", opt.n_gen);
-      t.n_gen = opt.n_gen;
-      t.threads = threads;
-      t.bandwidth_gbs = bw.best_gbs;
-      for (size_t i = 0; i < opt.reps; ++i) {
-        say(fmt::format("t={} {} rep {}/{}", threads, t.test, i + 1, opt.reps));
-        const auto ids = random_ids(opt.n_gen);
-        kv.truncate(0);
-        const auto t0 = clock::now();
+    };
+    if (opt.n_prompt > 0)  // prefill: one forward over all ids
+      run_test(fmt::format("pp{}", opt.n_prompt), opt.n_prompt, true,
+               [&](const std::vector<uint32_t>& ids) { m.forward(ids, kv, logits); });
+    if (opt.n_gen > 0)  // decode: one forward per id
+      run_test(fmt::format("tg{}", opt.n_gen), opt.n_gen, false, [&](const std::vector<uint32_t>& ids) {
         for (size_t k = 0; k < ids.size(); ++k) m.forward(std::span<const uint32_t>(&ids[k], 1), kv, logits);
-        t.samples_ns.push_back(ns_since(t0));
-      }
-      finish_result(t, rep.weights.decode_bytes_per_token);
-      rep.results.push_back(std::move(t));
-    }
+      });
     rep.rss_bytes.push_back(proc_status_bytes("/proc/self/status", "VmRSS:"));
     rep.huge_bytes.push_back(proc_status_bytes("/proc/self/smaps_rollup", "AnonHugePages:"));
     rep.kv_bytes.push_back(kv.bytes());
