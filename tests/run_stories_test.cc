@@ -57,14 +57,16 @@ TEST_F(StoriesE2E, GreedyFromBosReproducesGolden) {
   if (dir_.empty()) GTEST_SKIP() << "../shared missing";
   ASSERT_TRUE(ok_) << "convert failed";
   const auto g = golden("greedy_bos.json");
-  int rc = 0;
-  std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run " + (dir_ / "s.cmf").string() +
-                           " -p '' --greedy -n 256 --threads 2 2>/dev/null",
-                       &rc);
-  ASSERT_EQ(rc, 0);
-  ASSERT_FALSE(out.empty());
-  if (out.back() == '\n') out.pop_back();
-  EXPECT_EQ(out, g["text"].get<std::string>());
+  for (const std::string load : {"", " --no-mmap"}) {  // mmap'ed and loaded into huge-page memory
+    int rc = 0;
+    std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run " + (dir_ / "s.cmf").string() +
+                             " -p '' --greedy -n 256 --threads 2" + load + " 2>/dev/null",
+                         &rc);
+    ASSERT_EQ(rc, 0) << load;
+    ASSERT_FALSE(out.empty()) << load;
+    if (out.back() == '\n') out.pop_back();
+    EXPECT_EQ(out, g["text"].get<std::string>()) << load;
+  }
 }
 
 TEST_F(StoriesE2E, GreedyFromPromptReproducesGolden) {
