@@ -63,10 +63,18 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   } catch (...) {
     mine = std::current_exception();
   }
-  // Spin, yielding now and then: with more threads than cores a worker may need our core.
+  // Spin briefly (chunks are balanced, the wait is usually a few µs), then block: on a busy or
+  // oversubscribed machine a worker may be descheduled for milliseconds and needs our core.
+  const auto deadline = Clock::now() + std::chrono::microseconds(kCallerSpinMicros);
   for (uint32_t spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
     cpu_relax();
-    if ((spins & 127) == 127) std::this_thread::yield();
+    if ((spins & 63) == 63 && Clock::now() > deadline) {
+      std::unique_lock<std::mutex> lk(mu_);
+      caller_waiting_.store(true);
+      cv_done_.wait(lk, [&] { return pending_.load() == 0; });
+      caller_waiting_.store(false);
+      break;
+    }
   }
   fn_ = nullptr;
   if (mine) std::rethrow_exception(mine);
@@ -106,7 +114,13 @@ void ThreadPool::worker_loop(size_t index) {
         std::lock_guard<std::mutex> lk(mu_);
         if (!error_) error_ = std::current_exception();
       }
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      // seq_cst decrement then load of caller_waiting_ pairs with the caller's store of
+      // caller_waiting_ then load of pending_ (under mu_): the last worker either is seen by the
+      // caller's predicate or sees the caller waiting and wakes it.
+      if (pending_.fetch_sub(1) == 1 && caller_waiting_.load()) {
+        std::lock_guard<std::mutex> lk(mu_);
+        cv_done_.notify_one();
+      }
     }
   }
 }

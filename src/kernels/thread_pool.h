@@ -7,8 +7,9 @@
 // Hand-off: a decode step makes ~200 parallel_for calls of 10–200 µs each, so waking sleeping
 // workers through a futex per call (tens of µs on a VM) cost more than the second thread gained.
 // Workers therefore spin (with `pause`) on an atomic job generation for kSpinMicros after their last
-// job before they block on a condition variable; the caller spins on the pending count. Between
-// decode steps the workers stay hot; an idle pool blocks after kSpinMicros and costs nothing.
+// job before they block on a condition variable; the caller spins on the pending count for
+// kCallerSpinMicros, then blocks too. Between decode steps the workers stay hot; an idle pool
+// blocks after kSpinMicros and costs nothing.
 #pragma once
 
 #include <atomic>
@@ -44,12 +45,16 @@ class ThreadPool {
  private:
   void worker_loop(size_t index);
 
-  /// How long an idle worker spins for the next job before it blocks (µs).
-  static constexpr int64_t kSpinMicros = 2000;
+  /// How long an idle worker spins for the next job before it blocks (µs); spinning yields the
+  /// core every ~128 pauses so an oversubscribed pool does not starve the threads doing work.
+  static constexpr int64_t kSpinMicros = 500;
+  /// How long parallel_for spins for the workers to finish before it blocks on cv_done_ (µs).
+  static constexpr int64_t kCallerSpinMicros = 50;
 
   std::vector<std::thread> workers_;
   std::mutex mu_;                    // guards the blocking path and error_
   std::condition_variable cv_work_;  // sleeping workers wait here for a new generation
+  std::condition_variable cv_done_;  // a caller that stopped spinning waits here for pending_ == 0
   // The job: written by the caller before generation_ is bumped (release), read by workers after
   // they observe the new generation (acquire).
   const std::function<void(size_t, size_t)>* fn_ = nullptr;
@@ -58,6 +63,7 @@ class ThreadPool {
   std::atomic<size_t> pending_{0};       // worker chunks not finished yet
   std::atomic<size_t> sleepers_{0};      // workers blocked (or about to block) on cv_work_
   std::atomic<bool> stop_{false};
+  std::atomic<bool> caller_waiting_{false};  // the caller is blocked (or about to) on cv_done_
   std::exception_ptr error_;
 };
 
