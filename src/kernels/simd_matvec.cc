@@ -186,18 +186,12 @@ struct Plan {
 /// CMF rows are short (0.4–5 KiB): the hardware prefetchers hardly ramp up inside one row and do
 /// not cross 4 KiB pages, so without this a decode matvec ran at ~50% of the streaming bandwidth
 /// (measured on the Qwen2.5-0.5B-shaped q8 file: tg 27 → 34 tok/s).
-inline uint64_t prefetch_bytes() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("CQ_PF_BYTES");
-    return e ? std::strtoull(e, nullptr, 10) : uint64_t{4096};
-  }();
-  return v;
-}
+constexpr uint64_t kPrefetchBytes = 4096;  // 2048–4096 measured best, 8192 worse
 
-/// Distance (bytes) from a tile of R rows to the rows it prefetches: whole R-row tiles, ≥ prefetch_bytes().
+/// Distance (bytes) from a tile of R rows to the rows it prefetches: whole R-row tiles, ≥ kPrefetchBytes.
 inline uint64_t prefetch_distance(const Plan& pl, int R) {
   const uint64_t tile = std::max<uint64_t>(1, pl.row_bytes * static_cast<uint64_t>(R));
-  return std::max<uint64_t>(1, (prefetch_bytes() + tile - 1) / tile) * tile;
+  return std::max<uint64_t>(1, (kPrefetchBytes + tile - 1) / tile) * tile;
 }
 
 inline void prefetch(const void* p) {
