@@ -22,6 +22,9 @@
 //    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1; f32/f16/bf16 (and every dtype whose int8
 //    kernel is not implemented, e.g. q4_block with cols % 32 != 0) take the exact path.
 //
+// Memory: every tile prefetches the same offsets one tile of rows (≥ 4 KiB) ahead — CMF rows are
+// short, and the hardware prefetchers neither ramp up inside one nor cross 4 KiB pages.
+//
 // Threads: output rows are split in contiguous blocks of 16 over the ThreadPool; each output is
 // computed by one thread with arithmetic that does not depend on the split, so results are
 // bit-identical for any thread count. The int8 activation quantization runs once on the caller
@@ -57,8 +60,9 @@ void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_coun
 /// Batched (prefill) product: Y[i, r] = Σ_c W[r, c]·X[i, c] for i < n, r < rows. X: `[n, cols]`,
 /// Y: `[n, rows]`. Cache- and register-blocked: a block of 16 weight rows is decoded (exact path,
 /// quantized codecs) once and applied to all n tokens from L1/L2; the inner kernels compute tiles of
-/// 2 rows × 2 tokens (exact) or 4 (q8) / 2 (4- and 2-bit codecs) rows × 4 tokens (int8, all
-/// activations quantized once up front; q1 still goes row by row), loading/unpacking each weight
+/// 2 rows × 2 tokens (exact) or 4 rows × 4 tokens (int8 q8; the 4- and 2-bit codecs 4 rows × 2, 3
+/// or 4 tokens, whichever divides small batches; all activations quantized once up front; q1 still
+/// goes row by row), loading/unpacking each weight
 /// superblock once per tile. Each Y[i, r] is computed with exactly the arithmetic of matvec_rows_simd with
 /// the same `exact` flag, so the result is bit-identical to n matvec calls (a stronger property than the
 /// contract requires). Same errors.
