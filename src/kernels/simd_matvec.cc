@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +53,7 @@ bool simd_supported(DType t) noexcept {
     case DType::Q4TP:
     case DType::Q2TP:
     case DType::Q1:
+    case DType::Q1T:  // exact path (decode + f32 dot) in both modes
       return true;
     default:
       return false;
@@ -177,6 +179,7 @@ struct Plan {
   const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;
+  quant::Q1tView q1t;  // q1t: base tiles, row_ptr, overlay entries
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -474,6 +477,36 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       }
       return;
     }
+    case DType::Q1T: {
+      // Base: 7 base-3 code bytes per 32-group (5 codes each, digit k of byte b = b / 3^k mod 3),
+      // code 1 → +s, 2 → −s, 0 → 0; then the row's overlay entries overwrite their columns —
+      // exactly the values quant::decode_rows produces.
+      static const auto digits = [] {
+        std::array<std::array<uint8_t, 8>, 243> d{};
+        for (uint32_t b = 0; b < 243; ++b)
+          for (uint32_t k = 0, v = b; k < 5; ++k, v /= 3) d[b][k] = static_cast<uint8_t>(v % 3);
+        return d;
+      }();
+      const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.q1t.base + (r * pl.gpr + g) * quant::kQ1tTileBytes;
+        if (!quant::q1t_tile_ok(t))
+          fail(ErrorKind::Parse, "q1t tile (row {}, group {}) has a non-base-3 code byte", r, g);
+        alignas(16) uint8_t codes[40];
+        for (int b = 0; b < 7; ++b) std::memcpy(codes + 5 * b, digits[t[2 + b]].data(), 5);
+        const __m512 ps = _mm512_set1_ps(f16_to_f32(load_le<uint16_t>(t))),
+                     ns = _mm512_sub_ps(_mm512_setzero_ps(), ps);
+        for (int h = 0; h < 2; ++h) {
+          const __m512i c =
+              _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(codes + 16 * h)));
+          __m512 v = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(c, one), ps);
+          v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(c, two), ns);
+          _mm512_storeu_ps(out + 32 * g + 16 * h, v);
+        }
+      }
+      for (uint32_t e = pl.q1t.ptr(r); e < pl.q1t.ptr(r + 1); ++e) out[pl.q1t.col(e)] = pl.q1t.value(e);
+      return;
+    }
     case DType::Q1:
       for (uint64_t g = 0; g < pl.gpr; ++g) {
         const uint8_t* t = pl.p + quant::kQ1TileBytes * (r * pl.gpr + g);
@@ -647,12 +680,17 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl) {
     case DType::Q2TP:
       pl.row_bytes = 8 * pl.gpr;
       break;
+    case DType::Q1T:
+      // validate_payload above ran the full q1t check (row_ptr monotone, overlay cols and base codes).
+      pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
+      pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
+      break;
     default:
       break;
   }
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
-  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16;
+  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 && pl.t != DType::Q1T;
   if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch();
     grow(cs.col, pl.cols);

@@ -44,8 +44,9 @@ namespace cortiq::kernels {
 bool simd_cpu_ok() noexcept;
 
 /// Whether matvec_rows_simd / matmul_simd implement `t` on this CPU. True for f32, f16, bf16,
-/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1 when simd_cpu_ok(); false otherwise (and for
-/// vbit, vbit_ro, q1s, q1t, u8 and the reserved ids — the caller uses the reference there).
+/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1t when simd_cpu_ok() (q1t always takes the
+/// exact path: rows decoded in registers + f32 dot); false otherwise (and for vbit, vbit_ro, q1s,
+/// u8 and the reserved ids — the caller uses the reference there).
 bool simd_supported(quant::DType t) noexcept;
 
 /// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]`, x: [cols], y: [row_count].

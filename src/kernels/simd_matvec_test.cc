@@ -19,8 +19,9 @@ namespace {
 
 using quant::DType;
 
-constexpr DType kAll[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8Row, DType::Q8_2F,
-                          DType::Q4Block, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,  DType::Q1};
+constexpr DType kAll[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
+                          DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
+                          DType::Q2TP,  DType::Q1,      DType::Q1T};
 
 bool any_cols(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8Row || t == DType::Q8_2F ||
@@ -249,8 +250,24 @@ TEST(Simd, Q4BlockWithUnalignedColsUsesTheReference) {
 TEST(Simd, Errors) {
   if (!simd_cpu_ok()) GTEST_SKIP();
   EXPECT_FALSE(simd_supported(DType::VBit));
-  EXPECT_FALSE(simd_supported(DType::Q1T));
+  EXPECT_FALSE(simd_supported(DType::Q1S));
   EXPECT_FALSE(simd_supported(DType::U8));
+  {  // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
+    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 44));
+    std::vector<uint8_t> bytes = q.bytes;
+    bytes[quant::kQ1tTileBytes + 3] = 250;  // row 0, group 1, code byte 1
+    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const auto xq = gauss(64, 45);
+    std::vector<float> yq(2);
+    for (bool exact : {true, false}) {
+      try {
+        matvec_rows_simd(qv, 0, 2, xq.data(), yq.data(), serial_pool(), exact);
+        ADD_FAILURE() << "no throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+      }
+    }
+  }
   const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
   const auto x = gauss(64, 42);
   std::vector<float> y(4);
