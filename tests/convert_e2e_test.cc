@@ -22,6 +22,7 @@
 #include "convert/plan.h"
 #include "convert/safetensors.h"
 #include "quant/codec.h"
+#include "shell.h"
 #include "util/half.h"
 
 namespace {
@@ -29,16 +30,9 @@ namespace {
 namespace fs = std::filesystem;
 using cortiq::quant::DType;
 
+/// stdout and stderr of `cmd` together.
 std::string run_sh(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int r = pclose(p);
-  *rc = r;
-  return out;
+  return cortiq::test::sh(cmd + " 2>&1", rc);
 }
 
 std::string slurp(const fs::path& p) {

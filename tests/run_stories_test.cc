@@ -11,23 +11,15 @@
 #include <sstream>
 #include <string>
 
+#include "shell.h"
+
 namespace {
 
 std::string shared_dir() {
   return std::string(CORTIQ_SOURCE_DIR) + "/../shared";
 }
 
-std::string sh(const std::string& cmd, int* rc = nullptr) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int r = pclose(p);
-  if (rc) *rc = r;
-  return out;
-}
+using cortiq::test::sh;
 
 class StoriesE2E : public ::testing::Test {
  protected:

@@ -26,23 +26,14 @@
 #include "runtime/session.h"
 #include "server/engine.h"
 #include "server/server.h"
+#include "shell.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-std::string sh(const std::string& cmd, int* rc = nullptr) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int r = pclose(p);
-  if (rc) *rc = r;
-  return out;
-}
+using cortiq::test::sh;
 
 // A tiny chat template (the stories tokenizer has none) that also renders tool calls.
 const char* kTemplate =
