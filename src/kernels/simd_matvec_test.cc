@@ -268,6 +268,32 @@ TEST(Simd, Errors) {
       }
     }
   }
+  {  // a q1t overlay entry outside the row is a Parse error on every path (checked per decoded row)
+    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 46));
+    std::vector<uint8_t> bytes = q.bytes;  // the encoder writes no overlay: row_ptr = {0, 0, 0}
+    ASSERT_EQ(bytes.size(), 2 * 2 * quant::kQ1tTileBytes + 12);
+    store_le<uint32_t>(bytes.data() + bytes.size() - 4, 1);  // row 1 owns entry 0
+    bytes.resize(bytes.size() + 4);
+    store_le<uint16_t>(bytes.data() + bytes.size() - 4, 64);  // col 64 in a 64-column tensor
+    store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(1.0f));
+    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const auto xq = gauss(2 * 64, 47);
+    std::vector<float> yq(4);
+    for (bool exact : {true, false}) {
+      for (size_t n : {size_t{1}, size_t{2}}) {
+        try {
+          if (n == 1)
+            matvec_rows_simd(qv, 0, 2, xq.data(), yq.data(), serial_pool(), exact);
+          else
+            matmul_simd(qv, xq.data(), n, yq.data(), serial_pool(), exact);
+          ADD_FAILURE() << "no throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+          EXPECT_NE(std::string(e.what()).find("q1t"), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
   const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
   const auto x = gauss(64, 42);
   std::vector<float> y(4);
