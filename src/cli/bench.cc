@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "runtime/session.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -19,7 +20,8 @@ struct BenchArgs {
   std::vector<size_t> threads{1, 2};
   uint64_t seed = 42;
   double bw_mib = 0;
-  bool json = false, exact = false, progress = false, no_mmap = false;
+  bool json = false, progress = false;
+  runtime::LoadOptions load;  ///< only --exact and --no-mmap (threads come from -t, a list)
 };
 
 void bench_cmd(const BenchArgs& a) {
@@ -29,8 +31,8 @@ void bench_cmd(const BenchArgs& a) {
   o.reps = a.reps;
   o.threads = a.threads;
   o.seed = a.seed;
-  o.exact = a.exact;
-  o.no_mmap = a.no_mmap;
+  o.exact = a.load.exact;
+  o.no_mmap = a.load.no_mmap;
   if (a.bw_mib < 0) fail(ErrorKind::InvalidArgument, "--bw-mib {} must be >= 0", a.bw_mib);
   o.bandwidth_bytes = static_cast<uint64_t>(a.bw_mib * 1024.0 * 1024.0);
   runtime::bench::BenchProgress prog;
@@ -65,10 +67,7 @@ void setup(CLI::App& root) {
   c->add_option("--bw-mib", a->bw_mib, "bandwidth read-buffer size in MiB (default max(256, 8 x LLC))");
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");
   c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
-  c->add_flag("--exact", a->exact,
-              "f32-activation kernels (kernels::MatmulMode::Exact) instead of int8 activations");
-  c->add_flag("--no-mmap", a->no_mmap,
-              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
+  add_load_flags(c, a->load, kLoadExact | kLoadNoMmap);
   c->add_flag("--progress", a->progress, "print progress lines to stderr");
   c->callback([a] { bench_cmd(*a); });
 }

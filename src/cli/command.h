@@ -3,9 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
+
+namespace cortiq::runtime {
+struct LoadOptions;
+}  // namespace cortiq::runtime
 
 namespace cortiq::cli {
 
@@ -18,11 +21,32 @@ struct Command {
 /// Registers a subcommand; returns a dummy value so it can initialise a static.
 int register_command(Command c);
 
+/// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,
+/// bench); a bit set for add_load_flags.
+enum LoadFlag : unsigned {
+  kLoadThreads = 1u << 0,  ///< `--threads N` → LoadOptions::threads: kernel threads, 0 = all cores
+  kLoadExact = 1u << 1,    ///< `--exact` → LoadOptions::exact: f32 activations in every matvec
+                           ///< (kernels::MatmulMode::Exact) instead of int8 activations (Fast)
+  kLoadNoMmap = 1u << 2,   ///< `--no-mmap` → LoadOptions::no_mmap: read the file into anonymous
+                           ///< huge-page memory (MapMode::Memory) instead of mmap'ing it
+  kLoadKvF16 = 1u << 3,    ///< `--kv-f16` → LoadOptions::kv_f16: f16 KV cache instead of f32
+  kLoadAll = kLoadThreads | kLoadExact | kLoadNoMmap | kLoadKvF16,
+};
+
+/// Adds the flags selected by `which` (LoadFlag bits) to `cmd`, bound to the fields of `opts`, in
+/// the order --threads, --exact, --no-mmap, --kv-f16. Each flag's name and help text live only
+/// here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is not given
+/// leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
+/// threads = 0, as does serve). `opts` must outlive the parse (keep it in the
+/// command's shared state). `-t/--task` and `--ctx` are not here: their meaning and help text differ
+/// per command (ppl's --ctx is the chunk length; bench's -t is a thread-count list).
+void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which = kLoadAll);
+
 }  // namespace cortiq::cli
 
 #define CORTIQ_CONCAT_INNER(a, b) a##b
 #define CORTIQ_CONCAT(a, b) CORTIQ_CONCAT_INNER(a, b)
 /// Registers `setup_fn` (void(CLI::App&)) as a subcommand, listed in help by `order`.
-#define CORTIQ_COMMAND(order, setup_fn)                        \
+#define CORTIQ_COMMAND(order, setup_fn)                       \
   static const int CORTIQ_CONCAT(cortiq_cmd_reg_, __LINE__) = \
       ::cortiq::cli::register_command(::cortiq::cli::Command{order, setup_fn})

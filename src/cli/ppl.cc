@@ -15,11 +15,8 @@ namespace {
 
 struct PplArgs {
   std::string model, file, mode = "chunked";
-  size_t ctx = 512, batch = 0, threads = 0, tokens = 1024;
-  bool exact = false;
-  bool no_mmap = false;
-  bool kv_f16 = false;
-  std::string task;
+  size_t ctx = 512, batch = 0, tokens = 1024;
+  runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, -t
 };
 
 void ppl_cmd(const PplArgs& a) {
@@ -28,11 +25,7 @@ void ppl_cmd(const PplArgs& a) {
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
-  runtime::LoadOptions lo;
-  lo.threads = a.threads;
-  lo.exact = a.exact;
-  lo.no_mmap = a.no_mmap;
-  lo.task = a.task;
+  runtime::LoadOptions lo = a.load;
   lo.ctx = a.mode == "prefix" ? a.tokens : a.ctx;
   runtime::LoadedModel lm = runtime::load_model(a.model, lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
@@ -42,14 +35,14 @@ void ppl_cmd(const PplArgs& a) {
       fail(ErrorKind::InvalidArgument, "--ctx {} exceeds max_position_embeddings {}", a.ctx,
            lm.model->arch().max_position_embeddings);
     r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, lm.add_bos ? lm.bos_id : std::nullopt, a.batch,
-                                    a.kv_f16);
+                                    a.load.kv_f16);
     std::printf("chunks: %zu x %zu tokens (text: %zu tokens), scored the second half of each\n", r.chunks,
                 a.ctx, ids.size());
   } else if (a.mode == "prefix") {
     if (ids.size() > a.tokens) ids.resize(a.tokens);
     if (ids.size() > lm.model->arch().max_position_embeddings)
       ids.resize(lm.model->arch().max_position_embeddings);
-    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.kv_f16);
+    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16);
   } else {
     fail(ErrorKind::InvalidArgument, "--mode must be 'chunked' or 'prefix' (got '{}')", a.mode);
   }
@@ -58,6 +51,7 @@ void ppl_cmd(const PplArgs& a) {
 
 void setup(CLI::App& root) {
   auto a = std::make_shared<PplArgs>();
+  a->load.threads = 0;
   auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file")->required();
@@ -65,12 +59,8 @@ void setup(CLI::App& root) {
   c->add_option("--batch", a->batch, "positions per forward call (0 = whole chunk)");
   c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
   c->add_option("--tokens", a->tokens, "prefix mode: max tokens (1024)");
-  c->add_option("--threads", a->threads, "kernel threads (0 = all cores)");
-  c->add_flag("--exact", a->exact, "f32 activations in every matvec (no int8 approximation)");
-  c->add_flag("--no-mmap", a->no_mmap,
-              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
-  c->add_flag("--kv-f16", a->kv_f16, "store the KV cache in f16");
-  c->add_option("-t,--task", a->task, "task mask name, or 'off'");
+  add_load_flags(c, a->load);
+  c->add_option("-t,--task", a->load.task, "task mask name, or 'off'");
   c->callback([a] { ppl_cmd(*a); });
 }
 

@@ -12,11 +12,10 @@ namespace cortiq::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system, task;
-  size_t n = 256, threads = 0, ctx = 0;
-  bool exact = false;
-  bool no_mmap = false;
-  bool greedy = false, raw = false, no_think = false, kv_f16 = false;
+  std::string model, prompt, system;
+  size_t n = 256;
+  runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, -t
+  bool greedy = false, raw = false, no_think = false;
   float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.1f, presence = 0.0f;
   int top_k = 40;
   uint64_t seed = 0;
@@ -40,14 +39,7 @@ void print_footer(const runtime::GenerateResult& r) {
 }
 
 void run_cmd(const RunArgs& a) {
-  runtime::LoadOptions lo;
-  lo.threads = a.threads;
-  lo.exact = a.exact;
-  lo.no_mmap = a.no_mmap;
-  lo.ctx = a.ctx;
-  lo.kv_f16 = a.kv_f16;
-  lo.task = a.task;
-  runtime::LoadedModel lm = runtime::load_model(a.model, lo);
+  runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
   std::fprintf(stderr, "Ready: %s | Task: %s | Sparsity: %.0f%%\n", lm.model->arch().arch_name.c_str(),
                lm.active_task.c_str(), lm.sparsity * 100.0);
   runtime::GenerateParams gp;
@@ -105,6 +97,7 @@ void run_cmd(const RunArgs& a) {
 
 void setup(CLI::App& root) {
   auto a = std::make_shared<RunArgs>();
+  a->load.threads = 0;
   auto* c = root.add_subcommand("run", "Generate text: one-shot with -p, interactive chat without");
   c->add_option("model", a->model, "model .cmf file")->required();
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
@@ -120,13 +113,10 @@ void setup(CLI::App& root) {
   c->add_flag("--raw", a->raw, "no chat template: encode the prompt as is (BOS when the tokenizer wants it)");
   c->add_option("--system", a->system, "system message (chat mode)");
   c->add_flag("--no-think", a->no_think, "chat template with enable_thinking=false");
-  c->add_option("-t,--task", a->task, "task mask name, or 'off' (default: the file's fallback mask)");
-  c->add_option("--threads", a->threads, "kernel threads (0 = all cores)");
-  c->add_flag("--exact", a->exact, "f32 activations in every matvec (no int8 approximation)");
-  c->add_flag("--no-mmap", a->no_mmap,
-              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
-  c->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default min(max_position_embeddings, 4096))");
-  c->add_flag("--kv-f16", a->kv_f16, "store the KV cache in f16");
+  c->add_option("-t,--task", a->load.task, "task mask name, or 'off' (default: the file's fallback mask)");
+  add_load_flags(c, a->load);
+  c->add_option("--ctx", a->load.ctx,
+                "KV cache capacity in tokens (default min(max_position_embeddings, 4096))");
   c->add_option("--stop", a->stop, "stop string (repeatable)");
   c->callback([a] { run_cmd(*a); });
 }

@@ -21,12 +21,10 @@ void setup(CLI::App& root) {
   c->add_option("--max-body", o->max_body_bytes, "request body limit in bytes (8 MiB; 413 above)");
   c->add_option("--alias", o->alias, "model id shown by /v1/models (default <arch_name>-cortiq)");
   c->add_option("-t,--task", o->load.task, "default task mask name, or 'off'");
-  c->add_option("--threads", o->load.threads, "kernel threads (0 = all cores)");
+  o->load.threads = 0;  // all cores, as run and ppl
+  add_load_flags(c, o->load);
   c->add_option("--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (default min(max_position_embeddings, 4096))");
-  c->add_flag("--kv-f16", o->load.kv_f16, "store the KV caches in f16");
-  c->add_flag("--no-mmap", o->load.no_mmap,
-              "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
   c->callback([o] {
     server::ServerOptions opt = *o;

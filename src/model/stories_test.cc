@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "model/model.h"
+#include "model/test_support.h"
 #include "util/half.h"
 
 namespace cortiq::model {
@@ -44,22 +45,17 @@ void load_safetensors_f32(const std::string& path, MemoryTensorSource& src) {
   }
 }
 
+// stories260K's config.json (../shared/models/stories260K-hf).
 cmf::ModelArch stories_arch() {
-  cmf::ModelArch a;
-  a.arch_name = "llama";
-  a.hidden_size = 64;
-  a.intermediate_size = 172;
-  a.num_layers = 5;
-  a.num_attention_heads = 8;
-  a.num_kv_heads = 4;
-  a.head_dim = 8;
-  a.vocab_size = 512;
-  a.layer_types.assign(5, cmf::LayerType::FullAttention);
-  a.rms_norm_eps = 1e-5;
-  a.max_position_embeddings = 512;
-  a.rope_theta = 10000.0;
-  a.tie_word_embeddings = true;
-  return a;
+  return test::llama_arch({.hidden_size = 64,
+                           .intermediate_size = 172,
+                           .num_layers = 5,
+                           .num_attention_heads = 8,
+                           .num_kv_heads = 4,
+                           .head_dim = 8,
+                           .vocab_size = 512,
+                           .max_position_embeddings = 512,
+                           .tie_word_embeddings = true});
 }
 
 uint32_t argmax_first(std::span<const float> v) {

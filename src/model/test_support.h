@@ -1,8 +1,10 @@
-// Shared by the model layer's tests (forward_parity_test.cc, batch_test.cc): the tiny checkpoints of
-// the forward-parity goldens (tests/golden/forward/<family>.json, made by tests/oracles/
-// fwd_oracle.py). The golden stores names, shapes and init kinds, not the weights: the weights are
-// regenerated here with a bit-exact mirror of the oracle's deterministic generator. Header-only,
-// test code only (uses CORTIQ_SOURCE_DIR).
+// Test support shared by the unit tests of the model layer and the layers above it (header-only,
+// test code only: uses CORTIQ_SOURCE_DIR; not compiled into any library):
+//  - llama_arch: a hand-built llama-shaped ModelArch (stories_test.cc, runtime/bench_test.cc);
+//  - the tiny checkpoints of the forward-parity goldens (forward_parity_test.cc, batch_test.cc):
+//    tests/golden/forward/<family>.json, made by tests/oracles/fwd_oracle.py, stores names, shapes
+//    and init kinds, not the weights: the weights are regenerated here with a bit-exact mirror of
+//    the oracle's deterministic generator.
 #pragma once
 
 #include <cmath>
@@ -19,6 +21,40 @@
 #include "quant/codec.h"
 
 namespace cortiq::model::test {
+
+/// The dimensions of a llama-shaped model (HF LlamaConfig field names).
+struct LlamaDims {
+  uint32_t hidden_size = 0;
+  uint32_t intermediate_size = 0;
+  uint32_t num_layers = 0;
+  uint32_t num_attention_heads = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t vocab_size = 0;
+  uint64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+};
+
+/// A plain llama ModelArch with the dimensions `d`: arch_name "llama", every layer full attention,
+/// rms_norm_eps 1e-5 and rope_theta 10000 (HF LlamaConfig defaults), everything else ModelArch's
+/// defaults.
+inline cmf::ModelArch llama_arch(const LlamaDims& d) {
+  cmf::ModelArch a;
+  a.arch_name = "llama";
+  a.hidden_size = d.hidden_size;
+  a.intermediate_size = d.intermediate_size;
+  a.num_layers = d.num_layers;
+  a.num_attention_heads = d.num_attention_heads;
+  a.num_kv_heads = d.num_kv_heads;
+  a.head_dim = d.head_dim;
+  a.vocab_size = d.vocab_size;
+  a.layer_types.assign(d.num_layers, cmf::LayerType::FullAttention);
+  a.rms_norm_eps = 1e-5;
+  a.max_position_embeddings = d.max_position_embeddings;
+  a.rope_theta = 10000.0;
+  a.tie_word_embeddings = d.tie_word_embeddings;
+  return a;
+}
 
 /// FNV-1a 64-bit of the bytes of `s` (the oracle's per-tensor seed mix).
 inline uint64_t fnv1a64(const std::string& s) {

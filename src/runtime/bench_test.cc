@@ -13,6 +13,7 @@
 
 #include "cmf/writer.h"
 #include "kernels/kernels.h"
+#include "model/test_support.h"
 #include "quant/codec.h"
 #include "util/error.h"
 
@@ -46,21 +47,15 @@ TEST(BenchStats, DegenerateInputs) {
 
 // Tiny llama-shaped arch: hidden 8, 2 layers, 2 heads / 1 KV head of dim 4, FFN 12, vocab 16.
 cmf::ModelArch tiny_arch(bool tied) {
-  cmf::ModelArch a;
-  a.arch_name = "llama";
-  a.hidden_size = 8;
-  a.intermediate_size = 12;
-  a.num_layers = 2;
-  a.num_attention_heads = 2;
-  a.num_kv_heads = 1;
-  a.head_dim = 4;
-  a.vocab_size = 16;
-  a.layer_types.assign(2, cmf::LayerType::FullAttention);
-  a.rms_norm_eps = 1e-5;
-  a.max_position_embeddings = 64;
-  a.rope_theta = 10000.0;
-  a.tie_word_embeddings = tied;
-  return a;
+  return model::test::llama_arch({.hidden_size = 8,
+                                  .intermediate_size = 12,
+                                  .num_layers = 2,
+                                  .num_attention_heads = 2,
+                                  .num_kv_heads = 1,
+                                  .head_dim = 4,
+                                  .vocab_size = 16,
+                                  .max_position_embeddings = 64,
+                                  .tie_word_embeddings = tied});
 }
 
 std::vector<float> randn(size_t n, uint32_t seed) {

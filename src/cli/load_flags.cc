@@ -1,0 +1,18 @@
+// add_load_flags (cli/command.h): the model-loading flags shared by run, ppl, serve and bench.
+#include "cli/command.h"
+#include "runtime/session.h"
+
+namespace cortiq::cli {
+
+void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which) {
+  if (which & kLoadThreads) cmd->add_option("--threads", opts.threads, "kernel threads (0 = all cores)");
+  if (which & kLoadExact)
+    cmd->add_flag("--exact", opts.exact, "f32 activations in every matvec (no int8 approximation)");
+  if (which & kLoadNoMmap)
+    cmd->add_flag(
+        "--no-mmap", opts.no_mmap,
+        "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
+  if (which & kLoadKvF16) cmd->add_flag("--kv-f16", opts.kv_f16, "store the KV cache in f16");
+}
+
+}  // namespace cortiq::cli
