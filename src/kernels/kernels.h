@@ -27,14 +27,46 @@ namespace cortiq::kernels {
 
 /// Which implementation the public matvec/matvec_rows/matmul dispatch to (DESIGN.md "Exactness is
 /// always one flag away").
-///  - Fast (default): SIMD kernels (simd_matvec.h); for q8_row, q8_2f, q4_block, q4_tiled, q4tp,
-///    q2tp and q1 the activation is quantized to int8 per 32-block (llama.cpp q8_0 style) — an
+///  - Fast (default): SIMD kernels of the current SimdTier; for the codecs with an int8 kernel
+///    (AVX-512: q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1; AVX2: q8_row, q8_2f, q4_block,
+///    q4_tiled, q4tp) the activation is quantized to int8 per 32-block (llama.cpp q8_0 style) — an
 ///    approximation whose perplexity cost is measured, not asserted.
 ///  - Exact (`--exact`): SIMD kernels with f32 activations; each weight decodes to exactly the
-///    reference value and accumulates in f32 FMA (bound in simd_matvec.h).
+///    reference value and accumulates in f32 FMA (bounds in simd_matvec.h / simd_avx2.h).
 ///  - Reference: the scalar `*_ref` kernels (double accumulation), for parity tests.
-/// Dtypes without a SIMD kernel (or CPUs without AVX-512) always use the reference.
+/// Dtypes without a kernel in the current tier (or the Scalar tier) use the reference.
 enum class MatmulMode : uint8_t { Fast, Exact, Reference };
+
+/// Instruction-set tier of the matrix and attention kernels, one dispatch layer for all of them:
+/// Avx512 (AVX-512 F/BW/VL/DQ/VNNI: simd_matvec.h, simd_attention.h), Avx2 (AVX2+FMA+F16C:
+/// simd_avx2.h; attention uses the scalar reference) or Scalar (the `*_ref` kernels). Detected
+/// once from the CPU (__builtin_cpu_supports) as the best it has; the environment variable
+/// `CORTIQ_SIMD=avx512|avx2|scalar` or set_simd_tier lowers it (never above what the CPU has).
+enum class SimdTier : uint8_t { Scalar, Avx2, Avx512 };
+
+/// The best tier this CPU supports.
+SimdTier best_simd_tier() noexcept;
+/// The tier in use: best_simd_tier(), lowered by CORTIQ_SIMD (read on first call; an unknown
+/// value is ignored with a warning on stderr) or by set_simd_tier.
+SimdTier simd_tier() noexcept;
+/// Uses min(t, best_simd_tier()) from now on; call before any forward pass (tests, benchmarks).
+void set_simd_tier(SimdTier t) noexcept;
+/// Sets the tier for a scope and restores the previous one on exit (tests, benchmarks).
+class ScopedSimdTier {
+ public:
+  explicit ScopedSimdTier(SimdTier t) noexcept : prev_(simd_tier()) { set_simd_tier(t); }
+  ~ScopedSimdTier() { set_simd_tier(prev_); }
+  ScopedSimdTier(const ScopedSimdTier&) = delete;
+  ScopedSimdTier& operator=(const ScopedSimdTier&) = delete;
+
+ private:
+  SimdTier prev_;
+};
+/// "avx512", "avx2" or "scalar".
+const char* simd_tier_name(SimdTier t) noexcept;
+/// Which implementation matvec/matmul run for dtype `t` under the current mode and tier:
+/// "avx512", "avx2" or "reference".
+const char* kernel_name(quant::DType t) noexcept;
 
 /// Sets the process-wide mode; call before any forward pass (not synchronized with running kernels).
 void set_matmul_mode(MatmulMode m) noexcept;

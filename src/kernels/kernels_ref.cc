@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
+#include <string_view>
 
 #include "kernels/kernels.h"
 #include "kernels/simd_attention.h"
+#include "kernels/simd_avx2.h"
 #include "kernels/simd_matvec.h"
 #include "quant/codec.h"
 #include "util/error.h"
@@ -127,10 +131,59 @@ void matmul_ref(const WeightView& w, const float* x, size_t n, float* y, ThreadP
 namespace {
 std::atomic<MatmulMode> g_matmul_mode{MatmulMode::Fast};
 
-bool use_simd(const WeightView& w) noexcept {
-  return matmul_mode() != MatmulMode::Reference && simd_supported(w.dtype);
+enum class Impl : uint8_t { Reference, Avx2, Avx512 };
+
+SimdTier tier_from_env() noexcept {
+  const SimdTier best = best_simd_tier();
+  const char* e = std::getenv("CORTIQ_SIMD");
+  if (!e || !*e) return best;
+  const std::string_view v(e);
+  SimdTier t = best;
+  if (v == "avx512")
+    t = SimdTier::Avx512;
+  else if (v == "avx2")
+    t = SimdTier::Avx2;
+  else if (v == "scalar")
+    t = SimdTier::Scalar;
+  else
+    std::fprintf(stderr, "warning: CORTIQ_SIMD='%s' is not avx512, avx2 or scalar; using %s\n", e,
+                 simd_tier_name(best));
+  return std::min(t, best);
+}
+
+std::atomic<SimdTier>& tier_slot() noexcept {
+  static std::atomic<SimdTier> t{tier_from_env()};
+  return t;
+}
+
+Impl impl_for(quant::DType t) noexcept {
+  if (matmul_mode() == MatmulMode::Reference) return Impl::Reference;
+  const SimdTier tier = simd_tier();
+  if (tier == SimdTier::Avx512 && simd_supported(t)) return Impl::Avx512;
+  if (tier >= SimdTier::Avx2 && avx2_supported(t)) return Impl::Avx2;
+  return Impl::Reference;
 }
 }  // namespace
+
+SimdTier best_simd_tier() noexcept {
+  static const SimdTier best = simd_cpu_ok()   ? SimdTier::Avx512
+                               : avx2_cpu_ok() ? SimdTier::Avx2
+                                               : SimdTier::Scalar;
+  return best;
+}
+SimdTier simd_tier() noexcept {
+  return tier_slot().load(std::memory_order_relaxed);
+}
+void set_simd_tier(SimdTier t) noexcept {
+  tier_slot().store(std::min(t, best_simd_tier()), std::memory_order_relaxed);
+}
+const char* simd_tier_name(SimdTier t) noexcept {
+  return t == SimdTier::Avx512 ? "avx512" : t == SimdTier::Avx2 ? "avx2" : "scalar";
+}
+const char* kernel_name(quant::DType t) noexcept {
+  const Impl i = impl_for(t);
+  return i == Impl::Avx512 ? "avx512" : i == Impl::Avx2 ? "avx2" : "reference";
+}
 
 void set_matmul_mode(MatmulMode m) noexcept {
   g_matmul_mode.store(m, std::memory_order_relaxed);
@@ -144,16 +197,26 @@ void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
 }
 void matvec_rows(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
                  ThreadPool& pool) {
-  if (use_simd(w))
-    matvec_rows_simd(w, row_begin, row_count, x, y, pool, matmul_mode() == MatmulMode::Exact);
-  else
-    matvec_rows_ref(w, row_begin, row_count, x, y, pool);
+  const bool exact = matmul_mode() == MatmulMode::Exact;
+  switch (impl_for(w.dtype)) {
+    case Impl::Avx512:
+      return matvec_rows_simd(w, row_begin, row_count, x, y, pool, exact);
+    case Impl::Avx2:
+      return matvec_rows_avx2(w, row_begin, row_count, x, y, pool, exact);
+    case Impl::Reference:
+      return matvec_rows_ref(w, row_begin, row_count, x, y, pool);
+  }
 }
 void matmul(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool) {
-  if (use_simd(w))
-    matmul_simd(w, x, n, y, pool, matmul_mode() == MatmulMode::Exact);
-  else
-    matmul_ref(w, x, n, y, pool);
+  const bool exact = matmul_mode() == MatmulMode::Exact;
+  switch (impl_for(w.dtype)) {
+    case Impl::Avx512:
+      return matmul_simd(w, x, n, y, pool, exact);
+    case Impl::Avx2:
+      return matmul_avx2(w, x, n, y, pool, exact);
+    case Impl::Reference:
+      return matmul_ref(w, x, n, y, pool);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -286,7 +349,7 @@ void rope(float* x, size_t n_heads, size_t head_dim, const RopeTable& t, int64_t
 void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
                const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,
                size_t kv_head_end) {
-  if (matmul_mode() != MatmulMode::Reference && simd_cpu_ok()) {
+  if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512) {
     attention_simd(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
   } else {
     attention_ref(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);

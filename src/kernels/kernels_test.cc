@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "kernels/simd_avx2.h"
+#include "kernels/simd_matvec.h"
 #include "quant/codec.h"
 #include "util/error.h"
 
@@ -71,6 +73,44 @@ TEST(Kernels, MatvecEveryDtypeEqualsDecodedDoubleDot) {
     matvec_rows(o.view, 10, 5, x.data(), ys.data(), pool);
     for (int r = 0; r < 5; ++r) EXPECT_EQ(ys[r], y[10 + r]);
   }
+}
+
+// The public matvec/matmul run exactly the kernel of the selected tier (bit for bit), the tier
+// never rises above what the CPU has, and kernel_name reports what runs.
+TEST(Kernels, SimdTierSelectsTheKernel) {
+  using quant::DType;
+  const auto w = make(DType::Q8Row, 37, 96, randv(37 * 96, 5));
+  const auto x = randv(2 * 96, 6);
+  std::vector<float> got(2 * 37), want(2 * 37);
+  ThreadPool pool(2);
+  for (SimdTier t : {SimdTier::Avx512, SimdTier::Avx2, SimdTier::Scalar}) {
+    ScopedSimdTier scoped(t);
+    EXPECT_EQ(simd_tier(), std::min(t, best_simd_tier()));
+    const SimdTier used = simd_tier();
+    for (MatmulMode mode : {MatmulMode::Fast, MatmulMode::Exact}) {
+      ScopedMatmulMode m(mode);
+      const bool exact = mode == MatmulMode::Exact;
+      matmul(w.view, x.data(), 2, got.data(), pool);
+      if (used == SimdTier::Avx512) {
+        EXPECT_STREQ(kernel_name(DType::Q8Row), "avx512");
+        matmul_simd(w.view, x.data(), 2, want.data(), pool, exact);
+      } else if (used == SimdTier::Avx2) {
+        EXPECT_STREQ(kernel_name(DType::Q8Row), "avx2");
+        matmul_avx2(w.view, x.data(), 2, want.data(), pool, exact);
+      } else {
+        EXPECT_STREQ(kernel_name(DType::Q8Row), "reference");
+        matmul_ref(w.view, x.data(), 2, want.data(), pool);
+      }
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << simd_tier_name(used);
+      matvec(w.view, x.data(), got.data(), pool);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 37 * sizeof(float))) << simd_tier_name(used);
+    }
+  }
+  {
+    ScopedMatmulMode m(MatmulMode::Reference);
+    EXPECT_STREQ(kernel_name(DType::Q8Row), "reference");
+  }
+  EXPECT_STREQ(kernel_name(DType::VBit), "reference");  // no SIMD kernel in any tier
 }
 
 TEST(Kernels, UnsupportedDtypeNamesTensor) {

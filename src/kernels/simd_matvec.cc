@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_common.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
 #include "util/error.h"
@@ -63,7 +64,9 @@ bool simd_supported(DType t) noexcept {
 
 namespace {
 
-constexpr uint64_t kRowBlock = 16;  // rows per parallel work unit (and per ladder batch)
+using simd_detail::exp2_f16_table;
+using simd_detail::grow;
+using simd_detail::kRowBlock;
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (int8 path)
@@ -187,31 +190,13 @@ struct Plan {
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
 };
 
-/// Bytes ahead of the current load that the tiles prefetch (rounded up to whole tiles of rows).
-/// CMF rows are short (0.4–5 KiB): the hardware prefetchers hardly ramp up inside one row and do
-/// not cross 4 KiB pages, so without this a decode matvec ran at ~50% of the streaming bandwidth
-/// (measured on the Qwen2.5-0.5B-shaped q8 file: tg 27 → 34 tok/s).
-constexpr uint64_t kPrefetchBytes = 4096;  // 2048–4096 measured best, 8192 worse
-
-/// Distance (bytes) from a tile of R rows to the rows it prefetches: whole R-row tiles, ≥ kPrefetchBytes.
+/// Distance (bytes) from a tile of R rows to the rows it prefetches (simd_common.h).
 inline uint64_t prefetch_distance(const Plan& pl, int R) {
-  const uint64_t tile = std::max<uint64_t>(1, pl.row_bytes * static_cast<uint64_t>(R));
-  return std::max<uint64_t>(1, (kPrefetchBytes + tile - 1) / tile) * tile;
+  return simd_detail::prefetch_distance(pl.row_bytes, R);
 }
 
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
-}
-
-/// exp2f of every f16 value (the q4tp/q2tp ladder bases), built once; bit-identical to
-/// std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes it.
-const float* exp2_f16_table() {
-  static const std::vector<float> t = [] {
-    std::vector<float> v(65536);
-    for (uint32_t h = 0; h < 65536; ++h) v[h] = std::exp2f(f16_to_f32(static_cast<uint16_t>(h)));
-    return v;
-  }();
-  return t.data();
 }
 
 /// Per-thread state of a block of ≤ kRowBlock rows.
@@ -607,11 +592,6 @@ struct CallScratch {
 CallScratch& call_scratch() {
   thread_local CallScratch s;
   return s;
-}
-
-template <class T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
 }
 
 /// out[i] = f16 → f32 of n little-endian halves at p (exact conversion, as f16_to_f32).

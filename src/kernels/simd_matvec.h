@@ -3,8 +3,8 @@
 //
 // Backend: AVX-512 (F, BW, VL, DQ, VNNI) functions compiled with GCC/Clang
 // `__attribute__((target(...)))` and selected at run time with `__builtin_cpu_supports`. On a CPU
-// without these features `simd_supported` returns false for every dtype and the caller keeps the
-// scalar reference (kernels_ref.cc). There is no AVX2 tier yet.
+// without these features `simd_supported` returns false for every dtype; the dispatch layer
+// (kernels.h SimdTier) then uses the AVX2 tier (simd_avx2.h) or the scalar reference.
 //
 // Two arithmetic paths:
 //  * exact (`exact = true`): each weight row is dequantized in registers to exactly the f32 values

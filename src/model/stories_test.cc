@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/test_support.h"
 #include "util/half.h"
@@ -74,7 +75,14 @@ TEST(Stories260K, GreedyFromBosMatchesLlama2cGolden) {
   const auto g = nlohmann::json::parse(slurp(golden));
   const auto want = g["token_ids"].get<std::vector<uint32_t>>();
   const auto pos0 = g["logits_after_BOS_pos0"].get<std::vector<float>>();
-  for (size_t threads : {1, 3}) {
+  // Every kernel tier this CPU has (AVX-512, AVX2, scalar reference) and two thread counts.
+  for (auto [tier, threads] : {std::pair{kernels::SimdTier::Avx512, size_t{1}},
+                               {kernels::SimdTier::Avx512, size_t{3}},
+                               {kernels::SimdTier::Avx2, size_t{2}},
+                               {kernels::SimdTier::Scalar, size_t{2}}}) {
+    if (tier > kernels::best_simd_tier()) continue;
+    kernels::ScopedSimdTier scoped(tier);
+    SCOPED_TRACE(kernels::simd_tier_name(tier));
     auto m = Model::bind(stories_arch(), src, {threads});
     KvCache kv(m->arch(), 512);
     std::vector<float> logits(512);

@@ -309,8 +309,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       for (const auto& [name, bytes] : rep.weights.bytes_by_dtype) {
         (void)bytes;
         const auto dt = quant::dtype_from_name(name);
-        rep.dtype_kernel[name] =
-            dt && rep.mode != "reference" && kernels::simd_supported(*dt) ? "simd" : "reference";
+        rep.dtype_kernel[name] = dt ? kernels::kernel_name(*dt) : "reference";
       }
     }
     model::Model& m = *lm.model;

@@ -132,7 +132,8 @@ struct BenchReport {
   WeightAccounting weights;
   bool exact_requested = false;  ///< --exact (LoadOptions::exact → kernels::MatmulMode::Exact)
   std::string mode;              ///< matmul mode the run used: "fast", "exact" or "reference"
-  /// dtype_name → "simd" or "reference": which kernel family runs that dtype's matrices.
+  /// dtype_name → "avx512", "avx2" or "reference" (kernels::kernel_name): which kernels run that dtype's
+  /// matrices.
   std::map<std::string, std::string> dtype_kernel;
   std::vector<Bandwidth> bandwidth;  ///< one per thread count
   std::string load;                  ///< "mmap" or "memory" (LoadOptions::no_mmap)
@@ -168,7 +169,7 @@ std::string to_markdown(const BenchReport& r);
 /// model_type, model_size, model_n_params, n_threads, n_prompt, n_gen, test, avg_ns, stddev_ns,
 /// avg_ts, stddev_ts, samples_ns, samples_ts) plus dtype_bytes {dtype: bytes},
 /// decode_bytes_per_token, bandwidth_gbs, roofline (null for pp), bound_ts, exact (bool),
-/// matmul_mode, dtype_kernel {dtype: "simd"|"reference"}.
+/// matmul_mode, dtype_kernel {dtype: "avx512"|"avx2"|"reference"} (kernels::kernel_name).
 nlohmann::json to_json(const BenchReport& r);
 
 /// "494.03 M" / "1.54 B" style count; "468.64 MiB" / "1.20 GiB" style size (llama-bench).

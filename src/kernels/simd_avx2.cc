@@ -1,0 +1,761 @@
+// AVX2 / FMA / F16C matvec and batched matmul over the CMF codecs (contracts and error bounds in simd_avx2.h;
+// payload layouts FORMAT-NOTES §1.8, quant/codec.h, quant/layout.h).
+//
+// Every function that uses AVX2 intrinsics carries CQ_AVX2 (a `target` attribute) and is only reached after
+// avx2_cpu_ok() checked the CPU with __builtin_cpu_supports.
+#include "kernels/simd_avx2.h"
+
+// GCC 12 reports its own _mm256_undefined_* placeholders inside the intrinsic headers as uninitialized (a
+// known false positive); silence that for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "kernels/simd_common.h"
+#include "quant/codec.h"
+#include "quant/layout.h"
+#include "util/error.h"
+#include "util/half.h"
+
+#define CQ_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace cortiq::kernels {
+
+using quant::DType;
+
+bool avx2_cpu_ok() noexcept {
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+bool avx2_supported(DType t) noexcept {
+  if (!avx2_cpu_ok()) return false;
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8Row:
+    case DType::Q8_2F:
+    case DType::Q4Block:
+    case DType::Q4Tiled:
+    case DType::Q4TP:
+    case DType::Q2TP:  // exact path (row decode + f32 dot) in both modes
+    case DType::Q1:    // idem
+    case DType::Q1T:   // idem
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+using simd_detail::exp2_f16_table;
+using simd_detail::grow;
+using simd_detail::kRowBlock;
+using simd_detail::prefetch_distance;
+
+inline void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
+
+/// Fixed-order horizontal sum of 8 lanes: (l_i + l_{i+4}), then (0+2, 1+3), then the last pair.
+CQ_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan: the parsed tensor
+
+/// Activation layout family of the int8 path (one per weight-code arrangement).
+enum class Fam : uint8_t {
+  Q8,   // natural column order; weights are signed bytes (|w| × sign(q, w) trick)
+  NIB,  // per 32-block [x0, x2, …, x30 | x1, x3, …, x31] to match [low nibbles | high nibbles]
+};
+
+struct Plan {
+  const WeightView* w = nullptr;
+  DType t = DType::F32;
+  uint64_t rows = 0, cols = 0, gpr = 0;
+  const uint8_t* p = nullptr;
+  const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
+  const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
+  quant::TpView tp;                 // q4tp / q2tp
+  Fam fam = Fam::Q8;
+  bool int8 = false;       // int8 path in use
+  uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
+};
+
+/// Caller-thread scratch: q8_2f column field and quantized activations.
+struct CallScratch {
+  std::vector<float> col;
+  std::vector<int8_t> xq;
+  std::vector<float> d;
+  std::vector<int32_t> bias;
+};
+CallScratch& call_scratch() {
+  thread_local CallScratch s;
+  return s;
+}
+
+/// Per-thread state of one block of ≤ kRowBlock rows.
+struct BlockState {
+  float lad[kRowBlock][32];   // q4tp/q2tp ladders of the block's rows
+  std::vector<float> rowbuf;  // decoded rows (exact path, quantized codecs)
+};
+BlockState& block_state() {
+  thread_local BlockState s;
+  return s;
+}
+
+Plan make_plan(const WeightView& w, bool exact) {
+  if (!avx2_supported(w.dtype))
+    fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no AVX2 kernel", w.name,
+         quant::dtype_name(w.dtype));
+  quant::validate_payload(w.dtype, w.shape, w.payload, w.name);
+  Plan pl;
+  pl.w = &w;
+  pl.t = w.dtype;
+  pl.rows = w.rows();
+  pl.cols = w.cols();
+  pl.p = w.payload.data();
+  pl.gpr = pl.cols / 32;
+  const uint64_t n = pl.rows * pl.cols;
+  switch (pl.t) {
+    case DType::F32:
+      pl.row_bytes = 4 * pl.cols;
+      break;
+    case DType::F16:
+    case DType::BF16:
+      pl.row_bytes = 2 * pl.cols;
+      break;
+    case DType::Q8Row:
+    case DType::Q8_2F:
+      pl.scales = pl.p + n;
+      pl.row_bytes = pl.cols;
+      pl.fam = Fam::Q8;
+      break;
+    case DType::Q4Block:
+      pl.scales = pl.p + 16 * ((n + 31) / 32);
+      pl.row_bytes = 16 * pl.gpr;
+      pl.fam = Fam::NIB;
+      break;
+    case DType::Q4Tiled:
+      pl.row_bytes = 18 * pl.gpr;
+      pl.fam = Fam::NIB;
+      break;
+    case DType::Q4TP:
+      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.row_bytes = 16 * pl.gpr;
+      pl.fam = Fam::NIB;
+      break;
+    case DType::Q2TP:
+      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      break;
+    default:
+      break;
+  }
+  const bool q8 = pl.t == DType::Q8Row || pl.t == DType::Q8_2F;
+  const bool nib =
+      (pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q4TP) && pl.cols % 32 == 0;
+  pl.int8 = !exact && (q8 || nib);
+  if (pl.t == DType::Q8_2F) {
+    auto& cs = call_scratch();
+    grow(cs.col, pl.cols);
+    const uint8_t* cp = pl.p + n + 2 * pl.rows;
+    for (uint64_t c = 0; c < pl.cols; ++c) cs.col[c] = f16_to_f32(load_le<uint16_t>(cp + 2 * c));
+    pl.col = cs.col.data();
+  }
+  return pl;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact path: f32 dot with 2×8-lane accumulators (8-column chunk k → accumulator k mod 2)
+
+struct LdF32 {
+  const uint8_t* p;
+  static constexpr uint64_t kBytes = 4;
+  CQ_AVX2 __m256 ld(uint64_t c) const { return _mm256_loadu_ps(reinterpret_cast<const float*>(p + 4 * c)); }
+  void tail(uint64_t c, uint64_t m, float* out) const { std::memcpy(out, p + 4 * c, 4 * m); }
+};
+struct LdF16 {
+  const uint8_t* p;
+  static constexpr uint64_t kBytes = 2;
+  CQ_AVX2 __m256 ld(uint64_t c) const {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c)));
+  }
+  void tail(uint64_t c, uint64_t m, float* out) const {
+    for (uint64_t j = 0; j < m; ++j) out[j] = f16_to_f32(load_le<uint16_t>(p + 2 * (c + j)));
+  }
+};
+struct LdBF16 {
+  const uint8_t* p;
+  static constexpr uint64_t kBytes = 2;
+  CQ_AVX2 __m256 ld(uint64_t c) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  void tail(uint64_t c, uint64_t m, float* out) const {
+    for (uint64_t j = 0; j < m; ++j) out[j] = bf16_to_f32(load_le<uint16_t>(p + 2 * (c + j)));
+  }
+};
+
+/// R weight rows × T activation rows of exact dots: out[k·T + t] = Σ_c w[k](c)·x[t][c]. Per output the
+/// arithmetic is fixed whatever R and T are (8-column chunk j → FMA into accumulator j mod 2, the ragged tail
+/// chunk zero padded, then a0 + a1 and hsum), so matvec and matmul results are bit-identical. `pfd` > 0
+/// prefetches each row that many bytes ahead.
+template <int R, int T, class L>
+CQ_AVX2 void dot_exact_tile(const L* w, const float* const* x, uint64_t n, float* out, uint64_t pfd) {
+  __m256 a[R][T][2];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) a[k][t][0] = a[k][t][1] = _mm256_setzero_ps();
+  uint64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    if (pfd)
+      for (int k = 0; k < R; ++k) prefetch(w[k].p + L::kBytes * c + pfd);
+    for (int q = 0; q < 2; ++q) {
+      __m256 wv[R];
+      for (int k = 0; k < R; ++k) wv[k] = w[k].ld(c + 8 * q);
+      for (int t = 0; t < T; ++t) {
+        const __m256 xv = _mm256_loadu_ps(x[t] + c + 8 * q);
+        for (int k = 0; k < R; ++k) a[k][t][q] = _mm256_fmadd_ps(wv[k], xv, a[k][t][q]);
+      }
+    }
+  }
+  if (c + 8 <= n) {  // one more full chunk, index even
+    __m256 wv[R];
+    for (int k = 0; k < R; ++k) wv[k] = w[k].ld(c);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x[t] + c);
+      for (int k = 0; k < R; ++k) a[k][t][0] = _mm256_fmadd_ps(wv[k], xv, a[k][t][0]);
+    }
+    c += 8;
+  }
+  if (c < n) {  // ragged tail chunk, zero padded, into accumulator (c/8) mod 2
+    const uint64_t m = n - c;
+    const int qt = static_cast<int>((c / 8) & 1);
+    alignas(32) float buf[8];
+    __m256 wv[R];
+    for (int k = 0; k < R; ++k) {
+      std::memset(buf, 0, sizeof buf);
+      w[k].tail(c, m, buf);
+      wv[k] = _mm256_load_ps(buf);
+    }
+    for (int t = 0; t < T; ++t) {
+      std::memset(buf, 0, sizeof buf);
+      std::memcpy(buf, x[t] + c, 4 * m);
+      const __m256 xv = _mm256_load_ps(buf);
+      for (int k = 0; k < R; ++k)
+        for (int q = 0; q < 2; ++q)
+          if (q == qt) a[k][t][q] = _mm256_fmadd_ps(wv[k], xv, a[k][t][q]);
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = hsum(_mm256_add_ps(a[k][t][0], a[k][t][1]));
+}
+
+/// Y[i·y_stride + j0 + k] for k < rc, i < n from rc row loaders, in R×T tiles; tails padded by repeating the
+/// last row/token and dropping those outputs.
+template <int R, int T, class L, class MakeL>
+CQ_AVX2 void block_exact_rt(MakeL make, uint64_t rc, const float* x, uint64_t cols, size_t n, float* y,
+                            size_t y_stride, uint64_t j0, uint64_t pfd) {
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    L w[R];
+    for (int k = 0; k < R; ++k) w[k] = make(std::min<uint64_t>(k0 + k, rc - 1));
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (size_t i0 = 0; i0 < n; i0 += T) {
+      const float* xs[T];
+      for (int t = 0; t < T; ++t) xs[t] = x + std::min<size_t>(i0 + t, n - 1) * cols;
+      float out[R * T];
+      dot_exact_tile<R, T>(w, xs, cols, out, pfd);
+      const size_t tn = std::min<size_t>(T, n - i0);
+      for (uint64_t k = 0; k < kn; ++k)
+        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
+    }
+  }
+}
+
+/// Exact rows [r0, r0+rc) × tokens [0, n) with row loaders from `make` (matvec 4×1 tiles, matmul 2×2).
+template <class L, class MakeL>
+CQ_AVX2 void block_exact(MakeL make, uint64_t rc, const float* x, uint64_t cols, size_t n, float* y,
+                         size_t y_stride, uint64_t j0, uint64_t row_bytes) {
+  if (n == 1)
+    block_exact_rt<4, 1, L>(make, rc, x, cols, n, y, y_stride, j0,
+                            row_bytes ? prefetch_distance(row_bytes, 4) : 0);
+  else
+    block_exact_rt<2, 2, L>(make, rc, x, cols, n, y, y_stride, j0,
+                            row_bytes ? prefetch_distance(row_bytes, 2) : 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact path: native row decoders, bit-identical to quant::decode_rows (each weight is the same single f32
+// product of exactly representable factors that the reference computes)
+
+/// Whether decode_row_native handles this plan (else the block goes through quant::decode_rows).
+bool native_decode(const Plan& pl) {
+  switch (pl.t) {
+    case DType::Q8Row:
+    case DType::Q8_2F:
+    case DType::Q4TP:
+    case DType::Q2TP:
+      return true;
+    case DType::Q4Block:
+    case DType::Q4Tiled:
+    case DType::Q1:
+      return pl.cols % 32 == 0;  // flat groups aligned with the rows
+    default:
+      return false;
+  }
+}
+
+/// 32 weights (nibbles, element 2k low / 2k+1 high of byte k) → f32(nib − 8)·s.
+CQ_AVX2 inline void dec_nib32(const uint8_t* b16, float s, float* out) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  const __m128i e[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};  // elements 0..15, 16..31
+  const __m256i k8 = _mm256_set1_epi32(8);
+  const __m256 sv = _mm256_set1_ps(s);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i a = _mm256_sub_epi32(_mm256_cvtepu8_epi32(e[h]), k8);
+    const __m256i c = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(e[h], 8)), k8);
+    _mm256_storeu_ps(out + 16 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(a), sv));
+    _mm256_storeu_ps(out + 16 * h + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(c), sv));
+  }
+}
+
+/// Decodes row r (block-local index i, whose ladder st.lad[i] is set for q4tp/q2tp) into out[cols].
+CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, float* out) {
+  const uint64_t cols = pl.cols;
+  switch (pl.t) {
+    case DType::Q8Row:
+    case DType::Q8_2F: {
+      const uint8_t* q = pl.p + r * cols;
+      const float s = _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * r));
+      const __m256 sv = _mm256_set1_ps(s);
+      const bool q82f = pl.t == DType::Q8_2F;
+      uint64_t c = 0;
+      for (; c + 8 <= cols; c += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sv);
+        if (q82f) v = _mm256_mul_ps(v, _mm256_loadu_ps(pl.col + c));
+        _mm256_storeu_ps(out + c, v);
+      }
+      for (; c < cols; ++c) {
+        const float v = static_cast<float>(static_cast<int8_t>(q[c])) * s;
+        out[c] = q82f ? v * pl.col[c] : v;
+      }
+      return;
+    }
+    case DType::Q4Tiled:
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.p + 18 * (r * pl.gpr + g);
+        dec_nib32(t + 2, _cvtsh_ss(load_le<uint16_t>(t)), out + 32 * g);
+      }
+      return;
+    case DType::Q4Block:
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint64_t fg = r * pl.gpr + g;
+        dec_nib32(pl.p + 16 * fg, _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * fg)), out + 32 * g);
+      }
+      return;
+    case DType::Q4TP: {
+      const uint8_t* w = pl.tp.row_weights(r);
+      const uint8_t* cr = pl.tp.row_codes(r);
+      for (uint64_t g = 0; g < pl.gpr; ++g)
+        dec_nib32(w + 16 * g, st.lad[i][quant::q4tp_code(cr, g)], out + 32 * g);
+      return;
+    }
+    case DType::Q2TP: {
+      // weight 4k+j in bits 2j..2j+1 of byte k: 8 weights from 2 bytes; w = (code − 1.5)·s
+      const uint8_t* w = pl.tp.row_weights(r);
+      const uint8_t* cr = pl.tp.row_codes(r);
+      const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+      const __m256i three = _mm256_set1_epi32(3);
+      const __m256 h = _mm256_set1_ps(1.5f);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const __m256 s = _mm256_set1_ps(st.lad[i][quant::q4tp_code(cr, g)]);
+        for (int k = 0; k < 4; ++k) {
+          const __m256i v = _mm256_set1_epi32(load_le<uint16_t>(w + 8 * g + 2 * k));
+          const __m256i c2 = _mm256_and_si256(_mm256_srlv_epi32(v, sh), three);
+          _mm256_storeu_ps(out + 32 * g + 8 * k, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(c2), h), s));
+        }
+      }
+      return;
+    }
+    case DType::Q1: {
+      // bit k of byte j (LSB-first) is weight 8j+k: +s if set else −s
+      const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.p + quant::kQ1TileBytes * (r * pl.gpr + g);
+        const float s = _cvtsh_ss(load_le<uint16_t>(t));
+        const __m256 ps = _mm256_set1_ps(s), ns = _mm256_set1_ps(-s);
+        for (int j = 0; j < 4; ++j) {
+          const __m256i b = _mm256_and_si256(_mm256_set1_epi32(t[2 + j]), bit);
+          const __m256 set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+          _mm256_storeu_ps(out + 32 * g + 8 * j, _mm256_blendv_ps(ns, ps, set));
+        }
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 path: activation quantization
+
+/// Quantized activations of n tokens: per token nb blocks of 32 int8 (family layout), nb f32 scales d_b and
+/// (NIB) nb × 8 int32 lane biases −8·Σq.
+struct ActSet {
+  uint64_t nb = 0;
+  const int8_t* xq = nullptr;
+  const float* d = nullptr;
+  const int32_t* bias = nullptr;
+};
+struct QAct {
+  const int8_t* xq;
+  const float* d;
+  const int32_t* bias;
+};
+inline QAct act_at(const ActSet& a, size_t i) {
+  return {a.xq + i * a.nb * 32, a.d + i * a.nb, a.bias + i * a.nb * 8};
+}
+
+/// Quantizes x[cols] (times col[c] when col != nullptr) per 32-column block: d = absmax/127, q =
+/// rne(x·(127/absmax)) (cvtps_epi32 in the default rounding mode), zero for the padding of a ragged last
+/// block. A block with a non-finite value gets q = 0 and d = NaN (the output is NaN).
+CQ_AVX2 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
+                          int32_t* bias) {
+  const uint64_t nb = (cols + 31) / 32;
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i evod = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
+                                        10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (uint64_t b = 0; b < nb; ++b) {
+    const uint64_t c0 = 32 * b, m = std::min<uint64_t>(32, cols - c0);
+    __m256 v[4];
+    if (m == 32) {
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + c0 + 8 * j);
+      if (col)
+        for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(col + c0 + 8 * j));
+    } else {
+      alignas(32) float tmp[32] = {};
+      for (uint64_t j = 0; j < m; ++j) tmp[j] = col ? x[c0 + j] * col[c0 + j] : x[c0 + j];
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_load_ps(tmp + 8 * j);
+    }
+    const __m256 mx =
+        _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
+                      _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    // Σ v·0 is NaN exactly when some v is NaN or ±Inf.
+    __m256 probe = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) probe = _mm256_add_ps(probe, _mm256_mul_ps(v[j], _mm256_setzero_ps()));
+    const bool finite = _mm256_movemask_ps(_mm256_cmp_ps(probe, probe, _CMP_UNORD_Q)) == 0;
+    const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv));
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+    // packs interleave the 128-bit lanes; the dword permutation restores the natural order
+    __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+    if (f == Fam::NIB) {
+      // [evens | odds]: evens/odds within each 128-bit lane, then the middle qwords swapped
+      p8 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(p8, evod), 0xD8);
+      const __m256i s =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p8), _mm256_set1_epi16(1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * b),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 32 * b), p8);
+  }
+}
+
+ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
+  auto& cs = call_scratch();
+  ActSet a;
+  a.nb = (pl.cols + 31) / 32;
+  grow(cs.xq, n * a.nb * 32);
+  grow(cs.d, n * a.nb);
+  grow(cs.bias, n * a.nb * 8);
+  for (size_t i = 0; i < n; ++i)
+    quantize_act(pl.fam, x + i * pl.cols, pl.col, pl.cols, cs.xq.data() + i * a.nb * 32,
+                 cs.d.data() + i * a.nb, cs.bias.data() + i * a.nb * 8);
+  a.xq = cs.xq.data();
+  a.d = cs.d.data();
+  a.bias = cs.bias.data();
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 path: register tiles of R weight rows × T tokens. Each weight block is loaded once and applied to T
+// tokens; every output is computed with the same sequence of operations whatever R and T are (one 8-lane f32
+// accumulator per output, one FMA per 32-column block, then hsum), so matvec (T = 1) and matmul (T > 1)
+// results are bit-identical. rows[k]: tensor row, li[k]: block-local index, out[k·T + t]: Σ for row k and
+// token t.
+
+/// One 32-column block of R q8 rows (signed bytes) × T tokens, FMA'd into f.
+template <int R, int T>
+CQ_AVX2 inline void q8_step(const __m256i* wv, const QAct* a, uint64_t b, __m256 (&f)[R][T]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < T; ++t) {
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].xq + 32 * b));
+    const __m256 d = _mm256_set1_ps(a[t].d[b]);
+    for (int k = 0; k < R; ++k) {
+      // |w| (u8, 128 for −128) × (q with w's sign) — pairs ≤ 2·128·127 < 2^15, no saturation.
+      const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[k]), _mm256_sign_epi8(xq, wv[k]));
+      f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), d, f[k][t]);
+    }
+  }
+}
+
+template <int R, int T>
+CQ_AVX2 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t cols = pl.cols, nfull = cols / 32;
+  const int8_t* w[R];
+  for (int k = 0; k < R; ++k) w[k] = reinterpret_cast<const int8_t*>(pl.p + rows[k] * cols);
+  const uint64_t pfd = prefetch_distance(pl.row_bytes, R);
+  __m256 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
+  for (uint64_t b = 0; b < nfull; ++b) {
+    __m256i wv[R];
+    for (int k = 0; k < R; ++k) {
+      prefetch(w[k] + 32 * b + pfd);
+      wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k] + 32 * b));
+    }
+    q8_step<R, T>(wv, a, b, f);
+  }
+  if (nfull * 32 < cols) {  // ragged last block: zero-padded copy (the activation padding is 0 too)
+    __m256i wv[R];
+    for (int k = 0; k < R; ++k) {
+      alignas(32) int8_t buf[32] = {};
+      std::memcpy(buf, w[k] + 32 * nfull, cols - 32 * nfull);
+      wv[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    }
+    q8_step<R, T>(wv, a, nfull, f);
+  }
+  for (int k = 0; k < R; ++k) {
+    const float sc = _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * rows[k]));
+    for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]) * sc;
+  }
+}
+
+/// q4tp: the 40 code bits of groups g..g+7 (g % 8 == 0) of row r, LSB-first (fewer at the row end).
+inline uint64_t code_window(const Plan& pl, uint64_t r, uint64_t g) {
+  const uint64_t off = 5 * (g / 8);
+  const uint8_t* c = pl.tp.row_codes(r) + off;
+  if (off + 5 <= pl.tp.code_row_bytes) return load_le<uint32_t>(c) | uint64_t{c[4]} << 32;
+  uint64_t v = 0;
+  for (uint64_t k = 0; off + k < pl.tp.code_row_bytes; ++k) v |= uint64_t{c[k]} << (8 * k);
+  return v;
+}
+
+/// Nibble bytes (16) and f32 group scale of group g of NIB-family row r (block-local index i).
+template <DType D>
+CQ_AVX2 inline __m256i nib_load(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, uint64_t g,
+                                uint64_t pfd, uint64_t codes, float& scale) {
+  const uint8_t* nb;
+  if constexpr (D == DType::Q4Tiled) {
+    const uint8_t* t = pl.p + 18 * (r * pl.gpr + g);
+    scale = _cvtsh_ss(load_le<uint16_t>(t));
+    nb = t + 2;
+  } else if constexpr (D == DType::Q4Block) {
+    const uint64_t fg = r * pl.gpr + g;
+    scale = _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * fg));
+    nb = pl.p + 16 * fg;
+  } else {  // Q4TP
+    scale = st.lad[i][(codes >> (5 * (g & 7))) & 31u];
+    nb = pl.tp.row_weights(r) + 16 * g;
+  }
+  prefetch(nb + pfd);
+  // the 16 bytes in both halves, the upper half shifted by 4: [low nibbles = elements 0, 2, …, 30 | high
+  // nibbles = elements 1, 3, …, 31]
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nb)));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+template <DType D, int R, int T>
+CQ_AVX2 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                      const QAct* a, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint64_t pfd = prefetch_distance(pl.row_bytes, R);
+  __m256 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
+  uint64_t win[R] = {};  // q4tp: 5-bit rungs of groups g & ~7 .. +7
+  for (uint64_t g = 0; g < pl.gpr; ++g) {
+    __m256i v[R];
+    float sw[R];
+    if constexpr (D == DType::Q4TP)
+      if ((g & 7) == 0)
+        for (int k = 0; k < R; ++k) win[k] = code_window(pl, rows[k], g);
+    for (int k = 0; k < R; ++k) v[k] = nib_load<D>(pl, st, rows[k], li[k], g, pfd, win[k], sw[k]);
+    for (int t = 0; t < T; ++t) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].xq + 32 * g));
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bias + 8 * g));
+      const float d = a[t].d[g];
+      for (int k = 0; k < R; ++k) {
+        // nibble (0..15) × q: pairs ≤ 2·15·127, exact; + bias = Σ (nib − 8)·q per lane.
+        const __m256i iv = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(v[k], xq), ones), bias);
+        f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_set1_ps(d * sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
+}
+
+template <int R, int T>
+CQ_AVX2 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                       const QAct* a, float* out) {
+  switch (pl.t) {
+    case DType::Q4Tiled:
+      tile_nib<DType::Q4Tiled, R, T>(pl, st, rows, li, a, out);
+      break;
+    case DType::Q4Block:
+      tile_nib<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
+      break;
+    case DType::Q4TP:
+      tile_nib<DType::Q4TP, R, T>(pl, st, rows, li, a, out);
+      break;
+    default:
+      tile_q8<R, T>(pl, rows, a, out);
+      break;
+  }
+}
+
+/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles. Row/token
+/// tails are padded by repeating the last row/token and dropping those outputs.
+template <int R, int T>
+CQ_AVX2 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                           size_t n, float* y, size_t y_stride, uint64_t j0) {
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    uint64_t rows[R], li[R];
+    for (int k = 0; k < R; ++k) {
+      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
+      rows[k] = r0 + li[k];
+    }
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (size_t i0 = 0; i0 < n; i0 += T) {
+      QAct a[T];
+      for (int t = 0; t < T; ++t) a[t] = act_at(acts, std::min<size_t>(i0 + t, n - 1));
+      float out[R * T];
+      tile_int8<R, T>(pl, st, rows, li, a, out);
+      const size_t tn = std::min<size_t>(T, n - i0);
+      for (uint64_t k = 0; k < kn; ++k)
+        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver
+
+/// Ladders of rows [r0, r0+rc) (q4tp/q2tp; no-op otherwise), bit-identical to quant::q4tp_ladder /
+/// q2tp_ladder: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32 (q2tp: 0, t0, …).
+void set_ladders(const Plan& pl, BlockState& st, uint64_t r0, uint64_t rc) {
+  if (pl.t != DType::Q4TP && pl.t != DType::Q2TP) return;
+  const float* e2 = exp2_f16_table();
+  const int first = pl.t == DType::Q2TP ? 1 : 0;
+  for (uint64_t i = 0; i < rc; ++i) {
+    float cur = e2[pl.tp.lo_f16(r0 + i)];
+    const float ratio = e2[pl.tp.step_f16(r0 + i)];
+    st.lad[i][0] = 0.0f;
+    st.lad[i][first] = cur;
+    for (int c = first + 1; c < 32; ++c) st.lad[i][c] = cur = cur * ratio;
+  }
+}
+
+/// Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n.
+void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
+         size_t y_stride, ThreadPool& pool) {
+  if (row_count == 0 || n == 0) return;
+  ActSet acts;
+  if (pl.int8) acts = quantize_all(pl, x, n);
+  const uint64_t cols = pl.cols;
+  const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
+  pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
+    BlockState& st = block_state();
+    for (size_t b = b0; b < b1; ++b) {
+      const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - j0);
+      const uint64_t r0 = row_begin + j0;
+      if (pl.int8) {
+        set_ladders(pl, st, r0, rc);
+        if (n == 1)
+          block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+        else
+          block_int8_rt<2, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+        continue;
+      }
+      switch (pl.t) {
+        case DType::F32:
+          block_exact<LdF32>([&](uint64_t k) { return LdF32{pl.p + 4 * (r0 + k) * cols}; }, rc, x, cols, n, y,
+                             y_stride, j0, pl.row_bytes);
+          break;
+        case DType::F16:
+          block_exact<LdF16>([&](uint64_t k) { return LdF16{pl.p + 2 * (r0 + k) * cols}; }, rc, x, cols, n, y,
+                             y_stride, j0, pl.row_bytes);
+          break;
+        case DType::BF16:
+          block_exact<LdBF16>([&](uint64_t k) { return LdBF16{pl.p + 2 * (r0 + k) * cols}; }, rc, x, cols, n,
+                              y, y_stride, j0, pl.row_bytes);
+          break;
+        default: {
+          // Decode the block's rows once (native decoders, else the reference decoder), then apply them
+          // to every token.
+          grow(st.rowbuf, rc * cols);
+          if (native_decode(pl)) {
+            set_ladders(pl, st, r0, rc);
+            for (uint64_t k = 0; k < rc; ++k)
+              decode_row_native(pl, st, r0 + k, k, st.rowbuf.data() + k * cols);
+          } else {
+            quant::decode_rows(pl.t, pl.w->shape, pl.w->payload, r0, rc,
+                               std::span<float>(st.rowbuf.data(), rc * cols));
+          }
+          const float* rb = st.rowbuf.data();
+          block_exact<LdF32>(
+              [&](uint64_t k) { return LdF32{reinterpret_cast<const uint8_t*>(rb + k * cols)}; }, rc, x, cols,
+              n, y, y_stride, j0, 0);
+          break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matvec_rows_avx2(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
+                      ThreadPool& pool, bool exact) {
+  const Plan pl = make_plan(w, exact);
+  if (row_begin > pl.rows || row_count > pl.rows - row_begin)
+    fail(ErrorKind::Bounds, "tensor '{}': rows [{}, {}) outside [0, {})", w.name, row_begin,
+         row_begin + row_count, pl.rows);
+  run(pl, row_begin, row_count, x, 1, y, row_count, pool);
+}
+
+void matmul_avx2(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact) {
+  const Plan pl = make_plan(w, exact);
+  run(pl, 0, pl.rows, x, n, y, pl.rows, pool);
+}
+
+}  // namespace cortiq::kernels

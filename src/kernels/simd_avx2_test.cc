@@ -1,0 +1,364 @@
+// AVX2 matvec/matmul (simd_avx2.h) against the scalar double-accumulating reference (matvec_rows_ref) on
+// random and adversarial inputs, with the error bounds documented in simd_avx2.h; thread-count and
+// matmul-vs-matvec bit identity; error kinds.
+#include "kernels/simd_avx2.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "quant/codec.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace cortiq::kernels {
+namespace {
+
+using quant::DType;
+
+constexpr DType kAll[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
+                          DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
+                          DType::Q2TP,  DType::Q1,      DType::Q1T};
+
+/// Codecs whose encoder accepts any column count (the others need cols % 32 == 0).
+bool any_cols(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8Row || t == DType::Q8_2F ||
+         t == DType::Q4Block;
+}
+
+/// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
+bool has_int8(DType t, uint64_t cols) {
+  if (t == DType::Q8Row || t == DType::Q8_2F) return true;
+  return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP) && cols % 32 == 0;
+}
+
+std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct Tensor {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+  std::vector<float> deq;  // reference-decoded weights [rows, cols]
+  std::vector<float> col;  // q8_2f column field (else empty)
+};
+
+Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+  Tensor o;
+  std::vector<uint64_t> shape{rows, cols};
+  o.bytes = quant::encode(t, shape, v);
+  o.view = WeightView{t, shape, o.bytes, "w"};
+  o.deq.resize(rows * cols);
+  quant::decode(t, shape, o.bytes, o.deq);
+  if (t == DType::Q8_2F) {
+    const uint8_t* cp = o.bytes.data() + rows * cols + 2 * rows;
+    for (uint64_t c = 0; c < cols; ++c) o.col.push_back(f16_to_f32(load_le<uint16_t>(cp + 2 * c)));
+  }
+  return o;
+}
+
+double gamma(double k) {
+  const double u = std::ldexp(1.0, -24);
+  return k * u / (1.0 - k * u);
+}
+
+/// Documented exact-path bound for output row r: γ_(⌈cols/16⌉+4)·Σ|ŵx| + 2^-24·|ref| (simd_avx2.h).
+double exact_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
+  const uint64_t cols = w.view.cols();
+  double s = 0;
+  for (uint64_t c = 0; c < cols; ++c) s += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
+  return gamma(static_cast<double>((cols + 15) / 16) + 4) * s + std::ldexp(std::fabs(ref), -24);
+}
+
+/// Documented int8-path bound: Σ|ŵ_c|·absmax_b/254 (q8_2f: on x·col, divided by col) + f32 slack.
+double int8_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
+  const uint64_t cols = w.view.cols();
+  const bool q82f = w.view.dtype == DType::Q8_2F;
+  double q = 0, mag = 0;
+  for (uint64_t b = 0; b * 32 < cols; ++b) {
+    const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
+    float amax = 0;
+    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, std::fabs(q82f ? x[c] * w.col[c] : x[c]));
+    for (uint64_t c = 32 * b; c < c1; ++c) {
+      const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
+      q += aw * amax / 254.0;
+      mag += aw * (std::fabs(q82f ? x[c] * w.col[c] : x[c]) + amax / 254.0);
+    }
+  }
+  return q * (1 + 1e-5) + gamma(static_cast<double>(cols) / 32 + 12) * mag + exact_bound(w, r, x, ref);
+}
+
+/// Checks matvec_rows_avx2 on rows [rb, rb+rc) against the reference, and 2/3 threads against 1 thread
+/// bitwise; returns the 1-thread result.
+std::vector<float> check_matvec(const Tensor& w, uint64_t rb, uint64_t rc, const std::vector<float>& x,
+                                bool exact) {
+  const bool int8 = !exact && has_int8(w.view.dtype, w.view.cols());
+  std::vector<float> ref(rc), y1(rc);
+  matvec_rows_ref(w.view, rb, rc, x.data(), ref.data(), serial_pool());
+  matvec_rows_avx2(w.view, rb, rc, x.data(), y1.data(), serial_pool(), exact);
+  for (uint64_t i = 0; i < rc; ++i) {
+    const double bound =
+        int8 ? int8_bound(w, rb + i, x.data(), ref[i]) : exact_bound(w, rb + i, x.data(), ref[i]);
+    EXPECT_LE(std::fabs(static_cast<double>(y1[i]) - ref[i]), bound)
+        << "row " << rb + i << " y " << y1[i] << " ref " << ref[i] << " exact " << exact;
+  }
+  for (size_t th : {2, 3}) {
+    ThreadPool pool(th);
+    std::vector<float> yt(rc, -1.0f);
+    matvec_rows_avx2(w.view, rb, rc, x.data(), yt.data(), pool, exact);
+    EXPECT_EQ(0, std::memcmp(yt.data(), y1.data(), rc * 4)) << th << " threads differ, exact " << exact;
+  }
+  // no int8 kernel: exact = false must be the exact path, bit for bit
+  if (!exact && !int8) {
+    std::vector<float> ye(rc);
+    matvec_rows_avx2(w.view, rb, rc, x.data(), ye.data(), serial_pool(), true);
+    EXPECT_EQ(0, std::memcmp(ye.data(), y1.data(), rc * 4));
+  }
+  return y1;
+}
+
+struct Shape {
+  uint64_t rows, cols;
+};
+
+class Avx2Dtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Avx2Dtype, RandomShapesBothPathsMatchReference) {
+  const DType t = GetParam();
+  if (!avx2_supported(t)) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+  std::vector<Shape> shapes = {{37, 160}, {5, 32}, {20, 96}, {18, 896}, {3, 288}, {17, 256}, {16, 64}};
+  // odd tails: cols not a multiple of 8/16/32 where the codec allows it
+  if (any_cols(t))
+    shapes.insert(shapes.end(), {{13, 77}, {4, 1}, {9, 100}, {3, 15}, {6, 8}, {7, 24}, {5, 40}});
+  uint32_t seed = 1;
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE(std::string(quant::dtype_name(t)) + " " + std::to_string(sh.rows) + "x" +
+                 std::to_string(sh.cols));
+    const Tensor w = make(t, sh.rows, sh.cols, gauss(sh.rows * sh.cols, seed++, 0.05f));
+    const auto x = gauss(sh.cols, seed++);
+    for (bool exact : {true, false}) {
+      check_matvec(w, 0, sh.rows, x, exact);
+      if (sh.rows > 4) check_matvec(w, 2, sh.rows - 3, x, exact);  // a range starting mid-block
+    }
+  }
+}
+
+TEST_P(Avx2Dtype, AdversarialInputs) {
+  const DType t = GetParam();
+  if (!avx2_supported(t)) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+  const uint64_t rows = 21, cols = any_cols(t) ? 200 : 192;
+  auto v = gauss(rows * cols, 7, 0.02f);
+  for (uint64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;  // zero row
+  for (uint64_t c = 32; c < 64; ++c) v[10 * cols + c] = 0.0f;  // a dead group in a live row (q2tp rung 0)
+  v[5 * cols + 17] = 40.0f;                                    // weight outliers
+  v[6 * cols + cols - 1] = -25.0f;
+  for (uint64_t c = 0; c < cols; ++c) v[8 * cols + c] = (c % 2 ? 1.0f : -1.0f) * 3.0f;  // constant magnitude
+  const Tensor w = make(t, rows, cols, v);
+  auto x = gauss(cols, 8);
+  x[3] = 500.0f;  // activation outlier (dominates its int8 block)
+  x[cols - 2] = -300.0f;
+  for (uint64_t c = 64; c < 96; ++c) x[c] = 0.0f;  // an all-zero activation block
+  for (bool exact : {true, false}) {
+    SCOPED_TRACE(std::string(quant::dtype_name(t)) + (exact ? " exact" : " int8"));
+    const auto y = check_matvec(w, 0, rows, x, exact);
+    if (t != DType::Q1) {  // q1 cannot encode 0 (±2^-14 floor scale)
+      EXPECT_EQ(y[3], 0.0f);
+    }
+    const std::vector<float> zero(cols, 0.0f);
+    const auto yz = check_matvec(w, 0, rows, zero, exact);
+    for (float f : yz) EXPECT_EQ(f, 0.0f);
+  }
+}
+
+// Activations that the int8 quantizer represents exactly (integers/128 with ±127/128 in every block, so d =
+// 1/128 and q = 128·x): the int8 path must then agree with the exact product to float rounding.
+TEST_P(Avx2Dtype, Int8PathIsExactOnRepresentableActivations) {
+  const DType t = GetParam();
+  if (!avx2_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
+  const uint64_t rows = 11, cols = 352;
+  const Tensor w = make(t, rows, cols, gauss(rows * cols, 11, 0.1f));
+  std::mt19937 g(12);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<float> x(cols);
+  for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
+  std::vector<float> ref(rows), yi(rows);
+  matvec_rows_ref(w.view, 0, rows, x.data(), ref.data(), serial_pool());
+  matvec_rows_avx2(w.view, 0, rows, x.data(), yi.data(), serial_pool(), false);
+  for (uint64_t r = 0; r < rows; ++r) {
+    double mag = 0;
+    for (uint64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
+    EXPECT_NEAR(yi[r], ref[r], 3e-6 * mag + 1e-30) << r;
+  }
+}
+
+// The batched kernels work in tiles of 2 rows × 2 tokens (matvec 4 rows × 1): every row/token tail
+// combination and a row sub-range must give exactly the matvec result, for 1–3 threads.
+TEST_P(Avx2Dtype, MatmulEqualsMatvecsBitwise) {
+  const DType t = GetParam();
+  if (!avx2_supported(t)) GTEST_SKIP();
+  const uint64_t rows = 37, cols = any_cols(t) ? 201 : 224;
+  const Tensor w = make(t, rows, cols, gauss(rows * cols, 31, 0.1f));
+  for (size_t n : {1, 2, 3, 5}) {
+    const auto X = gauss(n * cols, 32 + static_cast<uint32_t>(n));
+    for (bool exact : {true, false}) {
+      std::vector<float> y(rows), yr(rows);
+      std::vector<std::vector<float>> Ys;
+      for (size_t th : {1, 2, 3}) {
+        ThreadPool pool(th);
+        Ys.emplace_back(n * rows, -1.0f);
+        matmul_avx2(w.view, X.data(), n, Ys.back().data(), pool, exact);
+        EXPECT_EQ(0, std::memcmp(Ys.back().data(), Ys[0].data(), n * rows * 4)) << th << " threads, n " << n;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const float* xi = X.data() + i * cols;
+        matvec_rows_avx2(w.view, 0, rows, xi, y.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(y.data(), Ys[0].data() + i * rows, rows * 4))
+            << "n " << n << " token " << i << " exact " << exact;
+        matvec_rows_avx2(w.view, 5, 30, xi, yr.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(yr.data(), y.data() + 5, 30 * 4)) << "n " << n << " token " << i;
+      }
+    }
+  }
+}
+
+// x = e_c makes every exact output the decoded weight itself (one nonzero product, the rest ±0): the exact
+// path must reproduce quant::decode bit for bit, in matvec and in matmul.
+TEST_P(Avx2Dtype, OneHotActivationGivesTheDecodedWeight) {
+  const DType t = GetParam();
+  if (!avx2_supported(t)) GTEST_SKIP();
+  for (uint64_t cols : {any_cols(t) ? uint64_t{203} : uint64_t{224}, uint64_t{64}}) {
+    const uint64_t rows = 19;
+    const Tensor w = make(t, rows, cols, gauss(rows * cols, 61, 0.1f));
+    const std::vector<uint64_t> cs = {0, 1, 7, 8, 31, 32, cols / 2, cols - 2, cols - 1};
+    std::vector<float> X(cs.size() * cols, 0.0f), Y(cs.size() * rows), y(rows);
+    for (size_t i = 0; i < cs.size(); ++i) X[i * cols + cs[i]] = 1.0f;
+    matmul_avx2(w.view, X.data(), cs.size(), Y.data(), serial_pool(), true);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      matvec_rows_avx2(w.view, 0, rows, X.data() + i * cols, y.data(), serial_pool(), true);
+      for (uint64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(y[r], w.deq[r * cols + cs[i]]) << "row " << r << " col " << cs[i] << " cols " << cols;
+        EXPECT_EQ(Y[i * rows + r], w.deq[r * cols + cs[i]]) << "row " << r << " col " << cs[i];
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Avx2Dtype, ::testing::ValuesIn(kAll),
+                         [](const auto& info) { return std::string(quant::dtype_name(info.param)); });
+
+// A hand-computed q8_row product: row scale f16(1/127)·q, activation exactly representable.
+TEST(Avx2, Q8RowHandComputedValue) {
+  if (!avx2_supported(DType::Q8Row)) GTEST_SKIP();
+  const uint64_t rows = 2, cols = 40;  // one full block + a ragged block of 8
+  std::vector<float> v(rows * cols);
+  for (uint64_t c = 0; c < cols; ++c) {
+    v[c] = static_cast<float>(static_cast<int>(c % 7) - 3) / 3.0f;  // q = rne(v·127) after the row scale
+    v[cols + c] = c == 33 ? -1.0f : 0.0f;
+  }
+  const Tensor w = make(DType::Q8Row, rows, cols, v);
+  std::vector<float> x(cols);
+  for (uint64_t c = 0; c < cols; ++c) x[c] = (c % 32 == 0) ? 1.0f : 0.5f;  // d = 1/127·…, q ∈ {127, 64}
+  // int8: block 0 has x[0] = 1 → d = 1/127, q = 127 (x = 1) or rne(63.5) = 64 (x = 0.5); block 1 idem
+  double want0 = 0, want_q = 0;
+  for (uint64_t c = 0; c < cols; ++c) {
+    want0 += static_cast<double>(w.deq[c]) * x[c];
+    want_q += static_cast<double>(w.deq[c]) * ((c % 32 == 0 ? 127.0 : 64.0) / 127.0);
+  }
+  std::vector<float> y(2);
+  matvec_rows_avx2(w.view, 0, 2, x.data(), y.data(), serial_pool(), true);
+  EXPECT_NEAR(y[0], want0, 1e-6);
+  EXPECT_EQ(y[1], 0.5f * w.deq[cols + 33]);  // a single nonzero product: exact
+  matvec_rows_avx2(w.view, 0, 2, x.data(), y.data(), serial_pool(), false);
+  EXPECT_NEAR(y[0], want_q, 1e-6);
+  EXPECT_GT(std::fabs(want_q - want0), 1e-4);  // the int8 rounding is visible: the check means something
+  EXPECT_FLOAT_EQ(y[1], static_cast<float>(w.deq[cols + 33] * (64.0 / 127.0)));
+}
+
+TEST(Avx2, Errors) {
+  if (!avx2_cpu_ok()) GTEST_SKIP();
+  EXPECT_FALSE(avx2_supported(DType::VBit));
+  EXPECT_FALSE(avx2_supported(DType::VBitRo));
+  EXPECT_FALSE(avx2_supported(DType::Q1S));
+  EXPECT_FALSE(avx2_supported(DType::U8));
+  EXPECT_TRUE(avx2_supported(DType::Q8Row));
+  // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
+  {
+    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 44));
+    std::vector<uint8_t> bytes = q.bytes;
+    bytes[quant::kQ1tTileBytes + 3] = 250;  // row 0, group 1, code byte 1
+    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const auto xq = gauss(64, 45);
+    std::vector<float> yq(2);
+    for (bool exact : {true, false}) {
+      try {
+        matvec_rows_avx2(qv, 0, 2, xq.data(), yq.data(), serial_pool(), exact);
+        ADD_FAILURE() << "no throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+      }
+    }
+  }
+  const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
+  const auto x = gauss(64, 42);
+  std::vector<float> y(4);
+  for (bool exact : {true, false}) {
+    for (auto [rb, rc] : {std::pair<uint64_t, uint64_t>{2, 3}, {5, 0}, {0, 5}}) {
+      try {
+        matvec_rows_avx2(w.view, rb, rc, x.data(), y.data(), serial_pool(), exact);
+        ADD_FAILURE() << "no throw for rows " << rb << "+" << rc;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Bounds);
+      }
+    }
+  }
+  // an empty range at the end is fine and writes nothing
+  y.assign(4, 7.0f);
+  matvec_rows_avx2(w.view, 4, 0, x.data(), y.data(), serial_pool(), true);
+  EXPECT_EQ(y[0], 7.0f);
+  WeightView bad = w.view;
+  bad.payload = bad.payload.first(bad.payload.size() - 1);
+  for (bool exact : {true, false}) {
+    try {
+      matvec_rows_avx2(bad, 0, 1, x.data(), y.data(), serial_pool(), exact);
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Parse);
+    }
+    try {
+      matmul_avx2(bad, x.data(), 1, y.data(), serial_pool(), exact);
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Parse);
+    }
+  }
+  const Tensor v = make(DType::VBit, 4, 64, gauss(256, 43));
+  try {
+    matvec_rows_avx2(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+  }
+}
+
+// A non-finite activation makes the int8 block scale NaN: the output is NaN, never a finite lie.
+TEST(Avx2, NonFiniteActivationGivesNaN) {
+  if (!avx2_supported(DType::Q8Row)) GTEST_SKIP();
+  const Tensor w = make(DType::Q8Row, 3, 64, gauss(192, 51, 0.1f));
+  auto x = gauss(64, 52);
+  x[40] = std::numeric_limits<float>::infinity();
+  std::vector<float> y(3);
+  matvec_rows_avx2(w.view, 0, 3, x.data(), y.data(), serial_pool(), false);
+  for (float f : y) EXPECT_TRUE(std::isnan(f)) << f;
+}
+
+}  // namespace
+}  // namespace cortiq::kernels
