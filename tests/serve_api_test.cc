@@ -277,6 +277,57 @@ TEST_F(ServeE2E, EngineConcurrentGreedyEqualsSession) {
   EXPECT_EQ(gate->max_items, 4u);
 }
 
+// Prompt cache: a job whose prompt starts with what a free slot already holds prefills only the
+// rest, and its greedy output is still exactly Session's (full prefill). Sequential jobs on one slot.
+TEST_F(ServeE2E, EnginePromptCacheReusesPrefixWithIdenticalOutput) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  auto lm = cortiq::runtime::load_model(model_, {});
+  const std::string base = "Once upon a time there was a little girl";
+  const std::vector<std::string> prompts = {base, base, base + " named Lily. She", "The cat sat"};
+  std::vector<cortiq::runtime::GenerateResult> want;
+  for (const auto& p : prompts) {
+    cortiq::runtime::Session s(lm);
+    cortiq::runtime::GenerateParams gp;
+    gp.max_tokens = 24;
+    gp.sampler = cortiq::runtime::SamplerParams::greedy();
+    want.push_back(s.generate(lm.encode_raw(p), gp));
+  }
+  cortiq::server::Engine eng(lm, {1, 4}, std::make_unique<GateBackend>(*lm.model, false));
+  size_t prompt_total = 0, reused_before = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto c = std::make_shared<Collected>();
+    const auto ids = lm.encode_raw(prompts[i]);
+    ASSERT_TRUE(eng.submit(make_job(lm, prompts[i], 24, c)));
+    wait_done(*c);
+    EXPECT_EQ(c->text, want[i].text) << prompts[i];
+    EXPECT_EQ(c->tokens, want[i].ids.size()) << prompts[i];
+    const auto st = eng.stats();
+    prompt_total += ids.size();
+    EXPECT_EQ(st.prompt_tokens, prompt_total);
+    const size_t reused = st.reused_tokens - reused_before;
+    reused_before = st.reused_tokens;
+    const auto base_ids = lm.encode_raw(base);
+    size_t lcp = 0;
+    while (lcp < base_ids.size() && lcp < ids.size() && base_ids[lcp] == ids[lcp]) ++lcp;
+    switch (i) {
+      case 0:
+        EXPECT_EQ(reused, 0u);  // empty cache
+        break;
+      case 1:
+        EXPECT_EQ(reused, ids.size() - 1);  // same prompt: all but the last token (its logits are needed)
+        break;
+      case 2:
+        EXPECT_GE(reused, lcp);  // the conversation's shared start (BOS + base), maybe more
+        EXPECT_GT(lcp, 2u);
+        break;
+      default:
+        EXPECT_EQ(reused, lcp);  // an unrelated prompt shares only what really matches (BOS)
+        break;
+    }
+  }
+}
+
 TEST_F(ServeE2E, EngineQueueBoundAndCancel) {
   if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
   ASSERT_TRUE(ok_);

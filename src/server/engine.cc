@@ -50,7 +50,22 @@ struct Engine::Slot {
   bool prefilled = false;
   uint32_t last = 0;
   std::vector<TokenLogprob> pending_lp;
+  // Prompt cache: the tokens whose keys/values sit in kv (cached.size() == kv.size() between steps)
+  // and the task mask they were computed under. A later job whose prompt starts with them reuses
+  // that prefix instead of prefilling it again (chat clients resend the whole conversation).
+  std::vector<uint32_t> cached;
+  const cmf::TaskMask* cached_mask = nullptr;
+  size_t reuse = 0;  // prompt tokens of the current job taken from the cache
 };
+
+namespace {
+/// Length of the common prefix of a and b.
+size_t common_prefix(std::span<const uint32_t> a, std::span<const uint32_t> b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+}  // namespace
 
 Engine::Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend)
     : lm_(lm), opt_(opt) {
@@ -85,7 +100,7 @@ bool Engine::submit(std::shared_ptr<Job> job) {
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> g(mu_);
-  return {active_, waiting_.size(), completed_, cancelled_};
+  return {active_, waiting_.size(), completed_, cancelled_, prompt_tokens_, reused_tokens_};
 }
 
 void Engine::finish(Slot& s, const std::string& reason, const std::string& error) {
@@ -144,15 +159,33 @@ void Engine::loop() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || active_ > 0; });
       if (stop_) break;
-      // Admit waiting jobs into free slots (joins happen between steps).
-      for (auto& s : slots_) {
-        if (waiting_.empty()) break;
-        if (s->job) continue;
-        s->job = std::move(waiting_.front());
+      // Admit waiting jobs into free slots (joins happen between steps): each goes to the free
+      // slot whose cache holds the longest prefix of its prompt under the same mask (ties: the
+      // slot with the least cached, so longer caches survive for later jobs).
+      while (!waiting_.empty()) {
+        const Job& job = *waiting_.front();
+        Slot* best = nullptr;
+        size_t best_len = 0;
+        for (auto& s : slots_) {
+          if (s->job) continue;
+          const size_t len = s->cached_mask == job.mask ? common_prefix(s->cached, job.prompt) : 0;
+          if (!best || len > best_len || (len == best_len && s->cached.size() < best->cached.size())) {
+            best = s.get();
+            best_len = len;
+          }
+        }
+        if (!best) break;
+        Slot& x = *best;
+        x.job = std::move(waiting_.front());
         waiting_.pop_front();
         ++active_;
-        Slot& x = *s;
-        x.kv.truncate(0);
+        // At least the last prompt token is run again: its logits start the generation.
+        x.reuse = std::min(best_len, x.job->prompt.size() - 1);
+        x.kv.truncate(x.reuse);
+        x.cached.resize(x.reuse);
+        x.cached_mask = x.job->mask;
+        prompt_tokens_ += x.job->prompt.size();
+        reused_tokens_ += x.reuse;
         x.sampler.emplace(x.job->sampler);
         if (lm_.tokenizer) x.dec.emplace(*lm_.tokenizer, true);
         x.seen = x.job->prompt;
@@ -181,8 +214,9 @@ void Engine::loop() {
     std::vector<StepItem> items;
     items.reserve(active.size());
     for (Slot* s : active) {
-      std::span<const uint32_t> toks =
-          s->prefilled ? std::span<const uint32_t>(&s->last, 1) : std::span<const uint32_t>(s->job->prompt);
+      std::span<const uint32_t> toks = s->prefilled
+                                           ? std::span<const uint32_t>(&s->last, 1)
+                                           : std::span<const uint32_t>(s->job->prompt).subspan(s->reuse);
       items.push_back({&s->kv, toks, s->logits, s->job->mask});
     }
     std::vector<std::string> errors(active.size());
@@ -197,12 +231,21 @@ void Engine::loop() {
       } catch (const std::exception& e) {
         msg = e.what();
       }
-      for (Slot* s : active) finish(*s, "error", msg);
+      for (Slot* s : active) {
+        s->kv.truncate(0);  // what the failed step left in the cache is unknown
+        s->cached.clear();
+        finish(*s, "error", msg);
+      }
       continue;
     }
 
     for (Slot* s : active) {
       Job& job = *s->job;
+      if (s->prefilled)
+        s->cached.push_back(s->last);
+      else
+        s->cached.insert(s->cached.end(), job.prompt.begin() + static_cast<std::ptrdiff_t>(s->reuse),
+                         job.prompt.end());
       s->prefilled = true;
       std::span<float> logits(s->logits);
       if (job.frequency_penalty != 0.0f)

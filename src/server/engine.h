@@ -3,6 +3,12 @@
 // batching: between steps finished sequences leave and waiting ones join; every step advances
 // every active sequence by one token (the first step of a sequence is its prefill).
 //
+// Prompt cache: a slot keeps the KV of its last sequence after it ends. A new job goes to the free
+// slot that already holds the longest prefix of its prompt (same task mask) and prefills only the
+// rest — like llama.cpp's server slots with cache_prompt. Bit-identical to a full prefill: the
+// forward pass computes each position with the same arithmetic whether it runs in a prefill or a
+// decode step (Model::forward_batch contract).
+//
 // The forward pass of a step goes through a StepBackend. The default, BatchedBackend, runs the
 // whole step as one Model::forward_batch per distinct task mask (one pass over the weights serves
 // every active sequence); SerialBackend (one Model::forward per sequence) is kept as the reference.
@@ -115,9 +121,11 @@ struct EngineOptions {
 };
 
 /// Counters (for /health and logs): jobs in a slot, jobs in the wait queue, jobs ended since start
-/// (any reason) and, of those, jobs ended because they were cancelled.
+/// (any reason) and, of those, jobs ended because they were cancelled; prompt tokens admitted and,
+/// of those, tokens whose KV came from a slot's prompt cache instead of a prefill.
 struct EngineStats {
   size_t active = 0, waiting = 0, completed = 0, cancelled = 0;
+  size_t prompt_tokens = 0, reused_tokens = 0;
 };
 
 class Engine {
@@ -147,7 +155,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> waiting_;
-  size_t active_ = 0, completed_ = 0, cancelled_ = 0;
+  size_t active_ = 0, completed_ = 0, cancelled_ = 0, prompt_tokens_ = 0, reused_tokens_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -128,6 +128,8 @@ class Service {
                {"waiting", st.waiting},
                {"completed", st.completed},
                {"cancelled", st.cancelled},
+               {"prompt_tokens", st.prompt_tokens},
+               {"prompt_tokens_cached", st.reused_tokens},
                {"capabilities", {{"tools", tmpl_ && tmpl_->source().find("tool") != std::string::npos}}}});
   }
 
