@@ -128,8 +128,11 @@ void softmax(float* x, size_t n);
 float silu(float x);
 /// gelu with the tanh approximation: 0.5x(1+tanh(√(2/π)(x+0.044715x³))) (HF gelu_pytorch_tanh).
 float gelu_tanh(float x);
-/// out[i] = silu(g[i])·u[i] (SwiGLU). out may alias g or u.
+/// out[i] = silu(g[i])·u[i] (SwiGLU). out may alias g or u. Uses swiglu_simd (simd_activation.h,
+/// ≤ 4 ulp) in the Avx512 tier unless the mode is Reference, else swiglu_ref.
 void swiglu(const float* g, const float* u, float* out, size_t n);
+/// Reference SwiGLU: silu evaluated in double, rounded once per element.
+void swiglu_ref(const float* g, const float* u, float* out, size_t n);
 /// out[i] = gelu_tanh(g[i])·u[i] (GeGLU). out may alias g or u.
 void geglu(const float* g, const float* u, float* out, size_t n);
 /// c·tanh(x/c) in place (Gemma-2 softcapping); c <= 0 is a no-op.

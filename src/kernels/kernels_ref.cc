@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_activation.h"
 #include "kernels/simd_attention.h"
 #include "kernels/simd_avx2.h"
 #include "kernels/simd_matvec.h"
@@ -256,6 +257,11 @@ float gelu_tanh(float x) {
 }
 
 void swiglu(const float* g, const float* u, float* out, size_t n) {
+  if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512)
+    return swiglu_simd(g, u, out, n);
+  swiglu_ref(g, u, out, n);
+}
+void swiglu_ref(const float* g, const float* u, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
 }
 void geglu(const float* g, const float* u, float* out, size_t n) {
