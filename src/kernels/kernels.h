@@ -106,6 +106,13 @@ void matvec_rows(const WeightView& w, uint64_t row_begin, uint64_t row_count, co
 /// n calls of matvec.
 void matmul(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool);
 
+/// Several products over one input, y_j = matmul(*ws[j], x, n) for every j (a layer's Q/K/V or
+/// gate/up projections; every W_j has the same cols). Bit-identical to separate matmul calls; in
+/// the Avx512 tier all of them run in one thread-pool hand-off (fewer barriers per decode step).
+/// Throws Error(InvalidArgument) when ws and ys differ in length or the weights' cols differ.
+void matmul_multi(std::span<const WeightView* const> ws, const float* x, size_t n, std::span<float* const> ys,
+                  ThreadPool& pool);
+
 /// Scalar references (decode a row, dot in double). Same contracts as above.
 void matvec_rows_ref(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
                      ThreadPool& pool);

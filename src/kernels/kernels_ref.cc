@@ -220,6 +220,20 @@ void matmul(const WeightView& w, const float* x, size_t n, float* y, ThreadPool&
   }
 }
 
+void matmul_multi(std::span<const WeightView* const> ws, const float* x, size_t n, std::span<float* const> ys,
+                  ThreadPool& pool) {
+  if (ws.size() != ys.size())
+    fail(ErrorKind::InvalidArgument, "matmul_multi: {} weights but {} outputs", ws.size(), ys.size());
+  for (const WeightView* w : ws)
+    if (w->cols() != ws[0]->cols())
+      fail(ErrorKind::InvalidArgument, "matmul_multi: tensor '{}' has {} columns, '{}' has {}", w->name,
+           w->cols(), ws[0]->name, ws[0]->cols());
+  bool all512 = true;
+  for (const WeightView* w : ws) all512 = all512 && impl_for(w->dtype) == Impl::Avx512;
+  if (all512) return matmul_multi_simd(ws, x, n, ys, pool, matmul_mode() == MatmulMode::Exact);
+  for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, n, ys[i], pool);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 void rmsnorm(const float* x, const float* w, size_t n, double eps, NormStyle style, float* out) {

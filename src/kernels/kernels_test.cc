@@ -113,6 +113,47 @@ TEST(Kernels, SimdTierSelectsTheKernel) {
   EXPECT_STREQ(kernel_name(DType::VBit), "reference");  // no SIMD kernel in any tier
 }
 
+// matmul_multi equals separate matmul calls bit for bit in every tier and mode, with dtypes that
+// need per-product scratch (two q8_2f column fields, two activation layouts) in one call.
+TEST(Kernels, MatmulMultiEqualsSeparateMatmuls) {
+  using quant::DType;
+  const uint64_t cols = 160;
+  const auto a = make(DType::Q8_2F, 40, cols, randv(40 * cols, 11));
+  const auto b = make(DType::Q8_2F, 24, cols, randv(24 * cols, 12, 3.0f));
+  const auto c = make(DType::Q4TP, 33, cols, randv(33 * cols, 13));
+  const auto d = make(DType::F16, 17, cols, randv(17 * cols, 14));
+  const auto e = make(DType::VBit, 9, cols, randv(9 * cols, 15));  // reference-only dtype
+  const std::vector<const WeightView*> ws{&a.view, &b.view, &c.view, &d.view, &e.view};
+  ThreadPool pool(2);
+  for (SimdTier t : {SimdTier::Avx512, SimdTier::Avx2, SimdTier::Scalar})
+    for (MatmulMode mode : {MatmulMode::Fast, MatmulMode::Exact})
+      for (size_t n : {size_t{1}, size_t{3}})
+        for (size_t m : {size_t{4}, size_t{5}}) {  // 5 > the AVX-512 call's scratch slots
+          ScopedSimdTier st(t);
+          ScopedMatmulMode sm(mode);
+          const auto x = randv(n * cols, 16);
+          std::vector<std::vector<float>> got(m), want(m);
+          std::vector<float*> ys;
+          for (size_t j = 0; j < m; ++j) {
+            got[j].assign(n * ws[j]->rows(), -1.0f);
+            want[j].assign(n * ws[j]->rows(), -2.0f);
+            ys.push_back(got[j].data());
+            matmul(*ws[j], x.data(), n, want[j].data(), pool);
+          }
+          matmul_multi(std::span(ws.data(), m), x.data(), n, ys, pool);
+          for (size_t j = 0; j < m; ++j)
+            EXPECT_EQ(0, std::memcmp(got[j].data(), want[j].data(), got[j].size() * sizeof(float)))
+                << simd_tier_name(t) << " exact=" << (mode == MatmulMode::Exact) << " n=" << n << " j=" << j;
+        }
+  const auto narrow = make(DType::F16, 4, 64, randv(256, 17));
+  const std::vector<const WeightView*> bad{&a.view, &narrow.view};
+  std::vector<float> y1(40), y2(4);
+  const std::vector<float*> ys{y1.data(), y2.data()};
+  const auto x = randv(cols, 18);
+  EXPECT_THROW(matmul_multi(bad, x.data(), 1, ys, pool), Error);
+  EXPECT_THROW(matmul_multi(std::span(ws.data(), 2), x.data(), 1, std::span(ys.data(), 1), pool), Error);
+}
+
 TEST(Kernels, UnsupportedDtypeNamesTensor) {
   WeightView w{quant::DType::Mix8_4, {4, 4}, {}, "model.layers.3.mlp.up_proj.weight"};
   try {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -589,9 +590,14 @@ struct CallScratch {
   std::vector<float> d;
   std::vector<int32_t> bias;
 };
-CallScratch& call_scratch() {
-  thread_local CallScratch s;
-  return s;
+/// Most weights one matmul_multi_simd call takes (each needs its own call scratch).
+constexpr size_t kMaxMulti = 4;
+
+/// Caller-thread scratch of one product; `slot` < kMaxMulti separates the products of one
+/// matmul_multi_simd call.
+CallScratch& call_scratch(size_t slot = 0) {
+  thread_local std::array<CallScratch, kMaxMulti> s;
+  return s[slot];
 }
 
 /// out[i] = f16 → f32 of n little-endian halves at p (exact conversion, as f16_to_f32).
@@ -604,7 +610,7 @@ CQ_AVX512 void f16_row_to_f32(const uint8_t* p, uint64_t n, float* out) {
 
 /// Parses and validates the tensor; returns false when the shape is one the SIMD kernels do not
 /// cover (flat-group codecs with cols % 32 != 0), in which case the caller uses the reference.
-bool make_plan(const WeightView& w, bool exact, Plan& pl) {
+bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   if (!simd_supported(w.dtype))
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no SIMD kernel", w.name,
          quant::dtype_name(w.dtype));
@@ -678,7 +684,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl) {
   if (flat && pl.cols % 32 != 0) return false;
   pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 && pl.t != DType::Q1T;
   if (pl.t == DType::Q8_2F) {
-    auto& cs = call_scratch();
+    auto& cs = call_scratch(slot);
     grow(cs.col, pl.cols);
     const uint8_t* cp = pl.p + n + 2 * pl.rows;
     f16_row_to_f32(cp, pl.cols, cs.col.data());
@@ -695,8 +701,8 @@ struct ActSet {
   const int32_t* bias = nullptr;
   QAct at(size_t i) const { return {xq + i * sz.xq_bytes, d + i * sz.lanes, bias + i * sz.lanes}; }
 };
-ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
-  auto& cs = call_scratch();
+ActSet quantize_all(const Plan& pl, const float* x, size_t n, size_t slot = 0) {
+  auto& cs = call_scratch(slot);
   ActSet a;
   a.sz = qact_size(pl.fam, pl.cols);
   grow(cs.xq, n * a.sz.xq_bytes);
@@ -953,57 +959,89 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
     block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
+/// One product of a run: Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n,
+/// with its quantized activations (int8 path).
+struct Job {
+  const Plan* pl;
+  uint64_t row_begin, row_count;
+  const float* x;
+  size_t n;
+  float* y;
+  size_t y_stride;
+  ActSet acts;
+  uint64_t nblocks() const { return (row_count + kRowBlock - 1) / kRowBlock; }
+};
+
+/// Block b (rows row_begin + 16b …) of job j, on the calling thread.
+void run_block(const Job& j, size_t b, BlockState& st) {
+  const Plan& pl = *j.pl;
+  const ActSet& acts = j.acts;
+  const float* x = j.x;
+  const size_t n = j.n, y_stride = j.y_stride;
+  float* y = j.y;
+  const bool is_tp = pl.t == DType::Q4TP || pl.t == DType::Q2TP;
+  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
+  const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, j.row_count - j0);
+  const uint64_t r0 = j.row_begin + j0;
+  if (is_tp) prep_tp(pl, r0, rc, st);
+  if (pl.int8 && tiled_int8(pl.t)) {
+    block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  } else if (pl.int8) {
+    for (uint64_t k = 0; k < rc; ++k)
+      for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));
+  } else if (floatw && n > 1) {
+    constexpr int ER = 2, ET = 2;
+    switch (pl.t) {
+      case DType::F32:
+        block_exact_rt<ER, ET, LdF32>([&](uint64_t k) { return LdF32{pl.p + 4 * (r0 + k) * pl.cols}; }, rc, x,
+                                      pl.cols, n, y, y_stride, j0);
+        break;
+      case DType::F16:
+        block_exact_rt<ER, ET, LdF16>([&](uint64_t k) { return LdF16{pl.p + 2 * (r0 + k) * pl.cols}; }, rc, x,
+                                      pl.cols, n, y, y_stride, j0);
+        break;
+      default:
+        block_exact_rt<ER, ET, LdBF16>([&](uint64_t k) { return LdBF16{pl.p + 2 * (r0 + k) * pl.cols}; }, rc,
+                                       x, pl.cols, n, y, y_stride, j0);
+        break;
+    }
+  } else if (floatw || n == 1) {
+    grow(st.rowbuf, pl.cols);
+    for (uint64_t k = 0; k < rc; ++k)
+      for (size_t i = 0; i < n; ++i)
+        y[i * y_stride + j0 + k] = row_exact(pl, st, r0 + k, k, x + i * pl.cols, st.rowbuf.data());
+  } else {
+    // Batched exact: decode the block's rows once, then apply them to every token.
+    grow(st.rowbuf, rc * pl.cols);
+    for (uint64_t k = 0; k < rc; ++k) decode_row(pl, st, r0 + k, k, st.rowbuf.data() + k * pl.cols);
+    const float* rb = st.rowbuf.data();
+    block_exact_rt<2, 2, LdF32>(
+        [&](uint64_t k) { return LdF32{reinterpret_cast<const uint8_t*>(rb + k * pl.cols)}; }, rc, x, pl.cols,
+        n, y, y_stride, j0);
+  }
+}
+
+/// Runs the jobs' row blocks as one parallel_for (one hand-off to the pool for all of them).
+void run(std::span<const Job> jobs, ThreadPool& pool) {
+  uint64_t total = 0;
+  for (const Job& j : jobs) total += j.nblocks();
+  pool.parallel_for(total, [&](size_t b0, size_t b1) {
+    BlockState& st = block_state();
+    size_t ji = 0;
+    uint64_t base = 0;  // first global block of jobs[ji]
+    for (size_t b = b0; b < b1; ++b) {
+      while (b >= base + jobs[ji].nblocks()) base += jobs[ji++].nblocks();
+      run_block(jobs[ji], b - base, st);
+    }
+  });
+}
+
 /// Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n.
 void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
          size_t y_stride, ThreadPool& pool) {
-  ActSet acts;
-  if (pl.int8) acts = quantize_all(pl, x, n);
-  const bool is_tp = pl.t == DType::Q4TP || pl.t == DType::Q2TP;
-  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
-  const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
-  pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
-    BlockState& st = block_state();
-    for (size_t b = b0; b < b1; ++b) {
-      const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - j0);
-      const uint64_t r0 = row_begin + j0;
-      if (is_tp) prep_tp(pl, r0, rc, st);
-      if (pl.int8 && tiled_int8(pl.t)) {
-        block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
-      } else if (pl.int8) {
-        for (uint64_t k = 0; k < rc; ++k)
-          for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));
-      } else if (floatw && n > 1) {
-        constexpr int ER = 2, ET = 2;
-        switch (pl.t) {
-          case DType::F32:
-            block_exact_rt<ER, ET, LdF32>([&](uint64_t k) { return LdF32{pl.p + 4 * (r0 + k) * pl.cols}; },
-                                          rc, x, pl.cols, n, y, y_stride, j0);
-            break;
-          case DType::F16:
-            block_exact_rt<ER, ET, LdF16>([&](uint64_t k) { return LdF16{pl.p + 2 * (r0 + k) * pl.cols}; },
-                                          rc, x, pl.cols, n, y, y_stride, j0);
-            break;
-          default:
-            block_exact_rt<ER, ET, LdBF16>([&](uint64_t k) { return LdBF16{pl.p + 2 * (r0 + k) * pl.cols}; },
-                                           rc, x, pl.cols, n, y, y_stride, j0);
-            break;
-        }
-      } else if (floatw || n == 1) {
-        grow(st.rowbuf, pl.cols);
-        for (uint64_t k = 0; k < rc; ++k)
-          for (size_t i = 0; i < n; ++i)
-            y[i * y_stride + j0 + k] = row_exact(pl, st, r0 + k, k, x + i * pl.cols, st.rowbuf.data());
-      } else {
-        // Batched exact: decode the block's rows once, then apply them to every token.
-        grow(st.rowbuf, rc * pl.cols);
-        for (uint64_t k = 0; k < rc; ++k) decode_row(pl, st, r0 + k, k, st.rowbuf.data() + k * pl.cols);
-        const float* rb = st.rowbuf.data();
-        block_exact_rt<2, 2, LdF32>(
-            [&](uint64_t k) { return LdF32{reinterpret_cast<const uint8_t*>(rb + k * pl.cols)}; }, rc, x,
-            pl.cols, n, y, y_stride, j0);
-      }
-    }
-  });
+  Job j{&pl, row_begin, row_count, x, n, y, y_stride, {}};
+  if (pl.int8) j.acts = quantize_all(pl, x, n);
+  run(std::span<const Job>(&j, 1), pool);
 }
 
 }  // namespace
@@ -1023,6 +1061,33 @@ void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, Thread
   Plan pl;
   if (!make_plan(w, exact, pl)) return matmul_ref(w, x, n, y, pool);
   run(pl, 0, pl.rows, x, n, y, pl.rows, pool);
+}
+
+void matmul_multi_simd(std::span<const WeightView* const> ws, const float* x, size_t n,
+                       std::span<float* const> ys, ThreadPool& pool, bool exact) {
+  if (ws.size() != ys.size())
+    fail(ErrorKind::InvalidArgument, "matmul_multi: {} weights but {} outputs", ws.size(), ys.size());
+  if (ws.size() > kMaxMulti) {  // more products than scratch slots: one call each
+    for (size_t i = 0; i < ws.size(); ++i) matmul_simd(*ws[i], x, n, ys[i], pool, exact);
+    return;
+  }
+  std::array<Plan, kMaxMulti> plans;
+  std::array<Job, kMaxMulti> jobs;
+  size_t nj = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (!make_plan(*ws[i], exact, plans[nj], nj)) {
+      matmul_ref(*ws[i], x, n, ys[i], pool);  // a layout only the reference handles (as matmul_simd)
+      continue;
+    }
+    if (nj > 0 && plans[nj].cols != plans[0].cols)
+      fail(ErrorKind::InvalidArgument, "matmul_multi: tensor '{}' has {} columns, '{}' has {}", ws[i]->name,
+           plans[nj].cols, ws[0]->name, plans[0].cols);
+    Job& j = jobs[nj];
+    j = Job{&plans[nj], 0, plans[nj].rows, x, n, ys[i], plans[nj].rows, {}};
+    if (plans[nj].int8) j.acts = quantize_all(plans[nj], x, n, nj);
+    ++nj;
+  }
+  run(std::span<const Job>(jobs.data(), nj), pool);
 }
 
 }  // namespace cortiq::kernels

@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/thread_pool.h"
 #include "kernels/weight_view.h"
@@ -68,5 +69,14 @@ void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_coun
 /// the same `exact` flag, so the result is bit-identical to n matvec calls (a stronger property than the
 /// contract requires). Same errors.
 void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact);
+
+/// Several batched products over one input in one hand-off to the pool: Y_j[i, r] = Σ_c W_j[r, c]·X[i, c]
+/// for every weight j (the Q/K/V or gate/up projections of a layer). X: `[n, cols]` (every W_j has
+/// `cols` columns), ys[j]: `[n, rows_j]`. Each output is computed exactly as matmul_simd computes it, so
+/// the result is bit-identical to ws.size() matmul_simd calls; only the thread-pool barriers and
+/// the per-call start are shared. Throws Error(InvalidArgument) when ws and ys differ in length or
+/// the column counts differ; otherwise the errors of matmul_simd.
+void matmul_multi_simd(std::span<const WeightView* const> ws, const float* x, size_t n,
+                       std::span<float* const> ys, ThreadPool& pool, bool exact);
 
 }  // namespace cortiq::kernels

@@ -411,8 +411,9 @@ void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, 
   const size_t W = f.width;
   float* g = grow(ws.ffn_g, T * W);
   float* u = grow(ws.ffn_u, T * W);
-  kernels::matmul(f.gate, x, T, g, pool);
-  kernels::matmul(f.up, x, T, u, pool);
+  const kernels::WeightView* gu[] = {&f.gate, &f.up};
+  float* const gu_out[] = {g, u};
+  kernels::matmul_multi(gu, x, T, gu_out, pool);  // one pool hand-off for both projections
   for (size_t t = 0; t < T; ++t) {
     float* gt = g + t * W;
     if (arch.hidden_act == cmf::HiddenAct::GeluTanh)
@@ -513,9 +514,9 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   float* v = grow(ws.v, R * kd);
   float* q = grow(ws.q, R * qd);
   float* gate = L.out_gate ? grow(ws.gate, R * qd) : nullptr;
-  kernels::matmul(L.q, n, R, qraw, pool);
-  kernels::matmul(L.k, n, R, k, pool);
-  kernels::matmul(L.v, n, R, v, pool);
+  const kernels::WeightView* qkv[] = {&L.q, &L.k, &L.v};
+  float* const qkv_out[] = {qraw, k, v};
+  kernels::matmul_multi(qkv, n, R, qkv_out, pool);  // one pool hand-off for Q, K and V
   const auto& rt = L.rope ? rope_local : rope_global;
   for (size_t r = 0; r < R; ++r) {
     float* qr = qraw + r * qrows;
