@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_test_support.h"
 #include "quant/codec.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -21,15 +22,11 @@ namespace {
 
 using quant::DType;
 
-constexpr DType kAll[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
-                          DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
-                          DType::Q2TP,  DType::Q1,      DType::Q1T};
-
-/// Codecs whose encoder accepts any column count (the others need cols % 32 == 0).
-bool any_cols(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8Row || t == DType::Q8_2F ||
-         t == DType::Q4Block;
-}
+using test::any_cols;
+using test::gauss;
+using test::make;
+using test::Tensor;
+constexpr auto& kAll = test::kSimdDtypes;
 
 /// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
 bool has_int8(DType t, uint64_t cols) {
@@ -37,64 +34,14 @@ bool has_int8(DType t, uint64_t cols) {
   return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP) && cols % 32 == 0;
 }
 
-std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-struct Tensor {
-  std::vector<uint8_t> bytes;
-  WeightView view;
-  std::vector<float> deq;  // reference-decoded weights [rows, cols]
-  std::vector<float> col;  // q8_2f column field (else empty)
-};
-
-Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
-  Tensor o;
-  std::vector<uint64_t> shape{rows, cols};
-  o.bytes = quant::encode(t, shape, v);
-  o.view = WeightView{t, shape, o.bytes, "w"};
-  o.deq.resize(rows * cols);
-  quant::decode(t, shape, o.bytes, o.deq);
-  if (t == DType::Q8_2F) {
-    const uint8_t* cp = o.bytes.data() + rows * cols + 2 * rows;
-    for (uint64_t c = 0; c < cols; ++c) o.col.push_back(f16_to_f32(load_le<uint16_t>(cp + 2 * c)));
-  }
-  return o;
-}
-
-double gamma(double k) {
-  const double u = std::ldexp(1.0, -24);
-  return k * u / (1.0 - k * u);
-}
-
-/// Documented exact-path bound for output row r: γ_(⌈cols/16⌉+4)·Σ|ŵx| + 2^-24·|ref| (simd_avx2.h).
+/// The documented exact-path bound of this tier for output row r (simd_avx2.h).
 double exact_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
-  const uint64_t cols = w.view.cols();
-  double s = 0;
-  for (uint64_t c = 0; c < cols; ++c) s += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
-  return gamma(static_cast<double>((cols + 15) / 16) + 4) * s + std::ldexp(std::fabs(ref), -24);
+  return test::exact_path_bound(w, r, x, ref, 16, 4);
 }
 
-/// Documented int8-path bound: Σ|ŵ_c|·absmax_b/254 (q8_2f: on x·col, divided by col) + f32 slack.
+/// The documented int8-path bound (simd_avx2.h).
 double int8_bound(const Tensor& w, uint64_t r, const float* x, double ref) {
-  const uint64_t cols = w.view.cols();
-  const bool q82f = w.view.dtype == DType::Q8_2F;
-  double q = 0, mag = 0;
-  for (uint64_t b = 0; b * 32 < cols; ++b) {
-    const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
-    float amax = 0;
-    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, std::fabs(q82f ? x[c] * w.col[c] : x[c]));
-    for (uint64_t c = 32 * b; c < c1; ++c) {
-      const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
-      q += aw * amax / 254.0;
-      mag += aw * (std::fabs(q82f ? x[c] * w.col[c] : x[c]) + amax / 254.0);
-    }
-  }
-  return q * (1 + 1e-5) + gamma(static_cast<double>(cols) / 32 + 12) * mag + exact_bound(w, r, x, ref);
+  return test::int8_path_bound(w, r, x, exact_bound(w, r, x, ref));
 }
 
 /// Checks matvec_rows_avx2 on rows [rb, rb+rc) against the reference, and 2/3 threads against 1 thread

@@ -1,0 +1,99 @@
+// Test support shared by the SIMD kernel tests (simd_matvec_test.cc, simd_avx2_test.cc): weights of
+// every SIMD dtype encoded from floats, and the documented error bounds of the two arithmetic paths.
+// Header-only; included by *_test.cc files only.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/weight_view.h"
+#include "quant/codec.h"
+#include "util/half.h"
+
+namespace cortiq::kernels::test {
+
+using quant::DType;
+
+/// Every dtype that has a SIMD kernel in some tier.
+inline constexpr DType kSimdDtypes[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
+                                        DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
+                                        DType::Q2TP,  DType::Q1,      DType::Q1T};
+
+/// Codecs whose encoder accepts any column count (the others need cols % 32 == 0).
+inline bool any_cols(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8Row || t == DType::Q8_2F ||
+         t == DType::Q4Block;
+}
+
+/// n samples of N(0, sigma²) from a fixed seed.
+inline std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+/// An encoded weight with its view and its reference decode.
+struct Tensor {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+  std::vector<float> deq;  ///< reference-decoded weights [rows, cols]
+  std::vector<float> col;  ///< q8_2f column field (else empty)
+};
+
+/// Encodes v (`[rows, cols]`) as dtype t.
+inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+  Tensor o;
+  std::vector<uint64_t> shape{rows, cols};
+  o.bytes = quant::encode(t, shape, v);
+  o.view = WeightView{t, shape, o.bytes, "w"};
+  o.deq.resize(rows * cols);
+  quant::decode(t, shape, o.bytes, o.deq);
+  if (t == DType::Q8_2F) {
+    const uint8_t* cp = o.bytes.data() + rows * cols + 2 * rows;
+    for (uint64_t c = 0; c < cols; ++c) o.col.push_back(f16_to_f32(load_le<uint16_t>(cp + 2 * c)));
+  }
+  return o;
+}
+
+/// γ_k = k·2^-24 / (1 − k·2^-24) (Higham, Accuracy and Stability of Numerical Algorithms, §3.1).
+inline double gamma(double k) {
+  const double u = std::ldexp(1.0, -24);
+  return k * u / (1.0 - k * u);
+}
+
+/// The exact path's bound for output row r: γ_(⌈cols/chunk⌉+extra)·Σ|ŵx| + 2^-24·|ref|, where a tier
+/// accumulates `chunk` columns per FMA step and adds `extra` roundings in its reductions
+/// (AVX-512: 64 and 7, simd_matvec.h; AVX2: 16 and 4, simd_avx2.h).
+inline double exact_path_bound(const Tensor& w, uint64_t r, const float* x, double ref, uint64_t chunk,
+                               double extra) {
+  const uint64_t cols = w.view.cols();
+  double s = 0;
+  for (uint64_t c = 0; c < cols; ++c) s += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
+  return gamma(static_cast<double>((cols + chunk - 1) / chunk) + extra) * s + std::ldexp(std::fabs(ref), -24);
+}
+
+/// The int8 path's bound: Σ|ŵ_c|·absmax_b/254 (q8_2f: on x·col, divided by col) + f32 slack, plus
+/// `exact` (the exact-path bound of the same row).
+inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, double exact) {
+  const uint64_t cols = w.view.cols();
+  const bool q82f = w.view.dtype == DType::Q8_2F;
+  double q = 0, mag = 0;
+  for (uint64_t b = 0; b * 32 < cols; ++b) {
+    const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
+    float amax = 0;
+    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, std::fabs(q82f ? x[c] * w.col[c] : x[c]));
+    for (uint64_t c = 32 * b; c < c1; ++c) {
+      const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
+      q += aw * amax / 254.0;
+      mag += aw * (std::fabs(q82f ? x[c] * w.col[c] : x[c]) + amax / 254.0);
+    }
+  }
+  return q * (1 + 1e-5) + gamma(static_cast<double>(cols) / 32 + 12) * mag + exact;
+}
+
+}  // namespace cortiq::kernels::test
