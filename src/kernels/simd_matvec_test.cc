@@ -88,16 +88,8 @@ TEST_P(SimdDtype, AdversarialInputs) {
   const DType t = GetParam();
   if (!simd_supported(t)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   const uint64_t rows = 21, cols = any_cols(t) ? 200 : 192;
-  auto v = gauss(rows * cols, 7, 0.02f);
-  for (uint64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;  // zero row
-  v[5 * cols + 17] = 40.0f;                                    // weight outliers
-  v[6 * cols + cols - 1] = -25.0f;
-  for (uint64_t c = 0; c < cols; ++c) v[8 * cols + c] = (c % 2 ? 1.0f : -1.0f) * 3.0f;  // constant magnitude
-  const Tensor w = make(t, rows, cols, v);
-  auto x = gauss(cols, 8);
-  x[3] = 500.0f;  // activation outlier (dominates its int8 block)
-  x[cols - 2] = -300.0f;
-  for (uint64_t c = 64; c < 96; ++c) x[c] = 0.0f;  // an all-zero activation block
+  const Tensor w = make(t, rows, cols, test::adversarial_weights(rows, cols));
+  const auto x = test::adversarial_activation(cols);
   for (Path p : {Path::Exact, Path::Int8}) {
     SCOPED_TRACE(std::string(quant::dtype_name(t)) + (p == Path::Exact ? " exact" : " int8"));
     const auto y = check_matvec(w, 0, rows, x, p);
@@ -117,10 +109,7 @@ TEST_P(SimdDtype, Int8PathIsExactOnRepresentableActivations) {
   if (!simd_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
   const uint64_t rows = 11, cols = 352;
   const Tensor w = make(t, rows, cols, gauss(rows * cols, 11, 0.1f));
-  std::mt19937 g(12);
-  std::uniform_int_distribution<int> d(-127, 127);
-  std::vector<float> x(cols);
-  for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
+  const auto x = test::int8_representable_activation(cols);
   std::vector<float> ref(rows), yi(rows);
   matvec_rows_ref(w.view, 0, rows, x.data(), ref.data(), serial_pool());
   matvec_rows_simd(w.view, 0, rows, x.data(), yi.data(), serial_pool(), false);

@@ -60,6 +60,39 @@ inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<floa
   return o;
 }
 
+/// Adversarial weights `[rows, cols]` (rows ≥ 11, cols ≥ 64): small gaussians with an all-zero row 3,
+/// a dead 32-group in live row 10 (q2tp ladder rung 0), outliers 40 at (5, 17) and −25 at (6, cols−1),
+/// and a constant-magnitude ±3 row 8.
+inline std::vector<float> adversarial_weights(uint64_t rows, uint64_t cols) {
+  auto v = gauss(rows * cols, 7, 0.02f);
+  for (uint64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;
+  for (uint64_t c = 32; c < 64; ++c) v[10 * cols + c] = 0.0f;
+  v[5 * cols + 17] = 40.0f;
+  v[6 * cols + cols - 1] = -25.0f;
+  for (uint64_t c = 0; c < cols; ++c) v[8 * cols + c] = (c % 2 ? 1.0f : -1.0f) * 3.0f;
+  return v;
+}
+
+/// Adversarial activation [cols] (cols ≥ 96): gaussians with outliers 500 at 3 and −300 at cols−2
+/// (each dominates its int8 block) and an all-zero 32-block at [64, 96).
+inline std::vector<float> adversarial_activation(uint64_t cols) {
+  auto x = gauss(cols, 8);
+  x[3] = 500.0f;
+  x[cols - 2] = -300.0f;
+  for (uint64_t c = 64; c < 96; ++c) x[c] = 0.0f;
+  return x;
+}
+
+/// An activation [cols] the per-32-block int8 quantizer represents exactly: integers/128 with 127/128
+/// in every block, so d = 1/128 and q = 128·x.
+inline std::vector<float> int8_representable_activation(uint64_t cols) {
+  std::mt19937 g(12);
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<float> x(cols);
+  for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
+  return x;
+}
+
 /// γ_k = k·2^-24 / (1 − k·2^-24) (Higham, Accuracy and Stability of Numerical Algorithms, §3.1).
 inline double gamma(double k) {
   const double u = std::ldexp(1.0, -24);
