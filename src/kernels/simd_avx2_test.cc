@@ -23,7 +23,7 @@ namespace {
 using quant::DType;
 
 using test::any_cols;
-using test::gauss;
+using test::gaussian;
 using test::make;
 using test::Tensor;
 constexpr auto& kAll = test::kSimdDtypes;
@@ -90,8 +90,8 @@ TEST_P(Avx2Dtype, RandomShapesBothPathsMatchReference) {
   for (const auto& sh : shapes) {
     SCOPED_TRACE(std::string(quant::dtype_name(t)) + " " + std::to_string(sh.rows) + "x" +
                  std::to_string(sh.cols));
-    const Tensor w = make(t, sh.rows, sh.cols, gauss(sh.rows * sh.cols, seed++, 0.05f));
-    const auto x = gauss(sh.cols, seed++);
+    const Tensor w = make(t, sh.rows, sh.cols, gaussian(sh.rows * sh.cols, seed++, 0.05f));
+    const auto x = gaussian(sh.cols, seed++);
     for (bool exact : {true, false}) {
       check_matvec(w, 0, sh.rows, x, exact);
       if (sh.rows > 4) check_matvec(w, 2, sh.rows - 3, x, exact);  // a range starting mid-block
@@ -123,7 +123,7 @@ TEST_P(Avx2Dtype, Int8PathIsExactOnRepresentableActivations) {
   const DType t = GetParam();
   if (!avx2_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
   const uint64_t rows = 11, cols = 352;
-  const Tensor w = make(t, rows, cols, gauss(rows * cols, 11, 0.1f));
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 11, 0.1f));
   const auto x = test::int8_representable_activation(cols);
   std::vector<float> ref(rows), yi(rows);
   matvec_rows_ref(w.view, 0, rows, x.data(), ref.data(), serial_pool());
@@ -141,9 +141,9 @@ TEST_P(Avx2Dtype, MatmulEqualsMatvecsBitwise) {
   const DType t = GetParam();
   if (!avx2_supported(t)) GTEST_SKIP();
   const uint64_t rows = 37, cols = any_cols(t) ? 201 : 224;
-  const Tensor w = make(t, rows, cols, gauss(rows * cols, 31, 0.1f));
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 31, 0.1f));
   for (size_t n : {1, 2, 3, 5}) {
-    const auto X = gauss(n * cols, 32 + static_cast<uint32_t>(n));
+    const auto X = gaussian(n * cols, 32 + static_cast<uint32_t>(n));
     for (bool exact : {true, false}) {
       std::vector<float> y(rows), yr(rows);
       std::vector<std::vector<float>> Ys;
@@ -172,7 +172,7 @@ TEST_P(Avx2Dtype, OneHotActivationGivesTheDecodedWeight) {
   if (!avx2_supported(t)) GTEST_SKIP();
   for (uint64_t cols : {any_cols(t) ? uint64_t{203} : uint64_t{224}, uint64_t{64}}) {
     const uint64_t rows = 19;
-    const Tensor w = make(t, rows, cols, gauss(rows * cols, 61, 0.1f));
+    const Tensor w = make(t, rows, cols, gaussian(rows * cols, 61, 0.1f));
     const std::vector<uint64_t> cs = {0, 1, 7, 8, 31, 32, cols / 2, cols - 2, cols - 1};
     std::vector<float> X(cs.size() * cols, 0.0f), Y(cs.size() * rows), y(rows);
     for (size_t i = 0; i < cs.size(); ++i) X[i * cols + cs[i]] = 1.0f;
@@ -227,11 +227,11 @@ TEST(Avx2, Errors) {
   EXPECT_TRUE(avx2_supported(DType::Q8Row));
   // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
   {
-    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 44));
+    const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 44));
     std::vector<uint8_t> bytes = q.bytes;
     bytes[quant::kQ1tTileBytes + 3] = 250;  // row 0, group 1, code byte 1
     const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
-    const auto xq = gauss(64, 45);
+    const auto xq = gaussian(64, 45);
     std::vector<float> yq(2);
     for (bool exact : {true, false}) {
       try {
@@ -242,8 +242,8 @@ TEST(Avx2, Errors) {
       }
     }
   }
-  const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
-  const auto x = gauss(64, 42);
+  const Tensor w = make(DType::Q8Row, 4, 64, gaussian(256, 41));
+  const auto x = gaussian(64, 42);
   std::vector<float> y(4);
   for (bool exact : {true, false}) {
     for (auto [rb, rc] : {std::pair<uint64_t, uint64_t>{2, 3}, {5, 0}, {0, 5}}) {
@@ -275,7 +275,7 @@ TEST(Avx2, Errors) {
       EXPECT_EQ(e.kind(), ErrorKind::Parse);
     }
   }
-  const Tensor v = make(DType::VBit, 4, 64, gauss(256, 43));
+  const Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
   try {
     matvec_rows_avx2(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
     ADD_FAILURE() << "no throw";
@@ -287,8 +287,8 @@ TEST(Avx2, Errors) {
 // A non-finite activation makes the int8 block scale NaN: the output is NaN, never a finite lie.
 TEST(Avx2, NonFiniteActivationGivesNaN) {
   if (!avx2_supported(DType::Q8Row)) GTEST_SKIP();
-  const Tensor w = make(DType::Q8Row, 3, 64, gauss(192, 51, 0.1f));
-  auto x = gauss(64, 52);
+  const Tensor w = make(DType::Q8Row, 3, 64, gaussian(192, 51, 0.1f));
+  auto x = gaussian(64, 52);
   x[40] = std::numeric_limits<float>::infinity();
   std::vector<float> y(3);
   matvec_rows_avx2(w.view, 0, 3, x.data(), y.data(), serial_pool(), false);

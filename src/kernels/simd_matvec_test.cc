@@ -21,7 +21,7 @@ namespace {
 using quant::DType;
 
 using test::any_cols;
-using test::gauss;
+using test::gaussian;
 using test::make;
 using test::Tensor;
 constexpr auto& kAll = test::kSimdDtypes;
@@ -75,8 +75,8 @@ TEST_P(SimdDtype, RandomShapesBothPathsMatchReference) {
   for (const auto& sh : shapes) {
     SCOPED_TRACE(std::string(quant::dtype_name(t)) + " " + std::to_string(sh.rows) + "x" +
                  std::to_string(sh.cols));
-    const Tensor w = make(t, sh.rows, sh.cols, gauss(sh.rows * sh.cols, seed++, 0.05f));
-    const auto x = gauss(sh.cols, seed++);
+    const Tensor w = make(t, sh.rows, sh.cols, gaussian(sh.rows * sh.cols, seed++, 0.05f));
+    const auto x = gaussian(sh.cols, seed++);
     for (Path p : {Path::Exact, Path::Int8}) {
       check_matvec(w, 0, sh.rows, x, p);
       if (sh.rows > 4) check_matvec(w, 2, sh.rows - 3, x, p);  // a row range
@@ -108,7 +108,7 @@ TEST_P(SimdDtype, Int8PathIsExactOnRepresentableActivations) {
   const DType t = GetParam();
   if (!simd_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
   const uint64_t rows = 11, cols = 352;
-  const Tensor w = make(t, rows, cols, gauss(rows * cols, 11, 0.1f));
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 11, 0.1f));
   const auto x = test::int8_representable_activation(cols);
   std::vector<float> ref(rows), yi(rows);
   matvec_rows_ref(w.view, 0, rows, x.data(), ref.data(), serial_pool());
@@ -125,8 +125,8 @@ TEST_P(SimdDtype, MatmulEqualsMatvecsBitwise) {
   if (!simd_supported(t)) GTEST_SKIP();
   const uint64_t rows = 45, cols = any_cols(t) ? 129 : 160;
   const size_t n = 5;
-  const Tensor w = make(t, rows, cols, gauss(rows * cols, 21, 0.1f));
-  const auto X = gauss(n * cols, 22);
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 21, 0.1f));
+  const auto X = gaussian(n * cols, 22);
   for (bool exact : {true, false}) {
     for (size_t th : {1, 2, 3}) {
       ThreadPool pool(th);
@@ -148,9 +148,9 @@ TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
   const DType t = GetParam();
   if (!simd_supported(t)) GTEST_SKIP();
   const uint64_t rows = 37, cols = any_cols(t) ? 200 : 224;
-  const Tensor w = make(t, rows, cols, gauss(rows * cols, 31, 0.1f));
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 31, 0.1f));
   for (size_t n : {2, 3, 4, 7, 9}) {
-    const auto X = gauss(n * cols, 32 + static_cast<uint32_t>(n));
+    const auto X = gaussian(n * cols, 32 + static_cast<uint32_t>(n));
     for (bool exact : {true, false}) {
       std::vector<float> Y(n * rows), y(rows), yr(rows);
       matmul_simd(w.view, X.data(), n, Y.data(), serial_pool(), exact);
@@ -176,8 +176,8 @@ INSTANTIATE_TEST_SUITE_P(All, SimdDtype, ::testing::ValuesIn(kAll),
 
 TEST(Simd, Q4BlockWithUnalignedColsUsesTheReference) {
   if (!simd_supported(DType::Q4Block)) GTEST_SKIP();
-  const Tensor w = make(DType::Q4Block, 7, 45, gauss(7 * 45, 31));
-  const auto x = gauss(45, 32);
+  const Tensor w = make(DType::Q4Block, 7, 45, gaussian(7 * 45, 31));
+  const auto x = gaussian(45, 32);
   std::vector<float> ref(7), y(7);
   matvec_rows_ref(w.view, 0, 7, x.data(), ref.data(), serial_pool());
   matvec_rows_simd(w.view, 0, 7, x.data(), y.data(), serial_pool(), false);
@@ -190,11 +190,11 @@ TEST(Simd, Errors) {
   EXPECT_FALSE(simd_supported(DType::Q1S));
   EXPECT_FALSE(simd_supported(DType::U8));
   {  // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
-    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 44));
+    const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 44));
     std::vector<uint8_t> bytes = q.bytes;
     bytes[quant::kQ1tTileBytes + 3] = 250;  // row 0, group 1, code byte 1
     const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
-    const auto xq = gauss(64, 45);
+    const auto xq = gaussian(64, 45);
     std::vector<float> yq(2);
     for (bool exact : {true, false}) {
       try {
@@ -206,7 +206,7 @@ TEST(Simd, Errors) {
     }
   }
   {  // a q1t overlay entry outside the row is a Parse error on every path (checked per decoded row)
-    const Tensor q = make(DType::Q1T, 2, 64, gauss(128, 46));
+    const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 46));
     std::vector<uint8_t> bytes = q.bytes;  // the encoder writes no overlay: row_ptr = {0, 0, 0}
     ASSERT_EQ(bytes.size(), 2 * 2 * quant::kQ1tTileBytes + 12);
     store_le<uint32_t>(bytes.data() + bytes.size() - 4, 1);  // row 1 owns entry 0
@@ -214,7 +214,7 @@ TEST(Simd, Errors) {
     store_le<uint16_t>(bytes.data() + bytes.size() - 4, 64);  // col 64 in a 64-column tensor
     store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(1.0f));
     const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
-    const auto xq = gauss(2 * 64, 47);
+    const auto xq = gaussian(2 * 64, 47);
     std::vector<float> yq(4);
     for (bool exact : {true, false}) {
       for (size_t n : {size_t{1}, size_t{2}}) {
@@ -231,8 +231,8 @@ TEST(Simd, Errors) {
       }
     }
   }
-  const Tensor w = make(DType::Q8Row, 4, 64, gauss(256, 41));
-  const auto x = gauss(64, 42);
+  const Tensor w = make(DType::Q8Row, 4, 64, gaussian(256, 41));
+  const auto x = gaussian(64, 42);
   std::vector<float> y(4);
   try {
     matvec_rows_simd(w.view, 2, 3, x.data(), y.data(), serial_pool(), true);
@@ -248,7 +248,7 @@ TEST(Simd, Errors) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Parse);
   }
-  const Tensor v = make(DType::VBit, 4, 64, gauss(256, 43));
+  const Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
   try {
     matvec_rows_simd(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
     ADD_FAILURE() << "no throw";

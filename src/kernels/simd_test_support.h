@@ -11,6 +11,7 @@
 
 #include "kernels/weight_view.h"
 #include "quant/codec.h"
+#include "quant/test_util.h"
 #include "util/half.h"
 
 namespace cortiq::kernels::test {
@@ -28,14 +29,7 @@ inline bool any_cols(DType t) {
          t == DType::Q4Block;
 }
 
-/// n samples of N(0, sigma²) from a fixed seed.
-inline std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using quant::testing::gaussian;  // n samples of N(0, sigma²) from a fixed seed
 
 /// An encoded weight with its view and its reference decode.
 struct Tensor {
@@ -64,7 +58,7 @@ inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<floa
 /// a dead 32-group in live row 10 (q2tp ladder rung 0), outliers 40 at (5, 17) and −25 at (6, cols−1),
 /// and a constant-magnitude ±3 row 8.
 inline std::vector<float> adversarial_weights(uint64_t rows, uint64_t cols) {
-  auto v = gauss(rows * cols, 7, 0.02f);
+  auto v = gaussian(rows * cols, 7, 0.02f);
   for (uint64_t c = 0; c < cols; ++c) v[3 * cols + c] = 0.0f;
   for (uint64_t c = 32; c < 64; ++c) v[10 * cols + c] = 0.0f;
   v[5 * cols + 17] = 40.0f;
@@ -76,7 +70,7 @@ inline std::vector<float> adversarial_weights(uint64_t rows, uint64_t cols) {
 /// Adversarial activation [cols] (cols ≥ 96): gaussians with outliers 500 at 3 and −300 at cols−2
 /// (each dominates its int8 block) and an all-zero 32-block at [64, 96).
 inline std::vector<float> adversarial_activation(uint64_t cols) {
-  auto x = gauss(cols, 8);
+  auto x = gaussian(cols, 8);
   x[3] = 500.0f;
   x[cols - 2] = -300.0f;
   for (uint64_t c = 64; c < 96; ++c) x[c] = 0.0f;
