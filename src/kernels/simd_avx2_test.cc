@@ -242,6 +242,24 @@ TEST(Avx2, Errors) {
       }
     }
   }
+  {  // a q1t overlay entry outside its row is a Parse error (checked as each row is decoded)
+    const std::vector<uint8_t> bytes = test::q1t_with_overlay_col_out_of_range();
+    const WeightView qv{DType::Q1T, {2, 64}, bytes, "q1t"};
+    const auto xq = gaussian(2 * 64, 47);
+    std::vector<float> yq(4);
+    for (bool exact : {true, false})
+      for (size_t n : {size_t{1}, size_t{2}}) {
+        try {
+          if (n == 1)
+            matvec_rows_avx2(qv, 0, 2, xq.data(), yq.data(), serial_pool(), exact);
+          else
+            matmul_avx2(qv, xq.data(), n, yq.data(), serial_pool(), exact);
+          ADD_FAILURE() << "no throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+        }
+      }
+  }
   const Tensor w = make(DType::Q8Row, 4, 64, gaussian(256, 41));
   const auto x = gaussian(64, 42);
   std::vector<float> y(4);

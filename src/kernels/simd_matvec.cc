@@ -614,9 +614,9 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   if (!simd_supported(w.dtype))
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no SIMD kernel", w.name,
          quant::dtype_name(w.dtype));
-  // q1t: q1t_view below checks sizes and row_ptr[0] in O(1); each row's overlay is checked when the
-  // row is decoded (decode_row), so a call costs O(rows read), not O(rows + overlay) of the tensor.
-  if (w.dtype != DType::Q1T) quant::validate_payload(w.dtype, w.shape, w.payload, w.name);
+  // q1t: O(1) here; each row's overlay is checked when the row is decoded (decode_row), so a call
+  // costs O(rows read), not O(rows + overlay) of the tensor.
+  quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   pl.name = w.name;
   pl.t = w.dtype;
   pl.rows = w.rows();

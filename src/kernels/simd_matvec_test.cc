@@ -206,14 +206,9 @@ TEST(Simd, Errors) {
     }
   }
   {  // a q1t overlay entry outside the row is a Parse error on every path (checked per decoded row)
-    const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 46));
-    std::vector<uint8_t> bytes = q.bytes;  // the encoder writes no overlay: row_ptr = {0, 0, 0}
-    ASSERT_EQ(bytes.size(), 2 * 2 * quant::kQ1tTileBytes + 12);
-    store_le<uint32_t>(bytes.data() + bytes.size() - 4, 1);  // row 1 owns entry 0
-    bytes.resize(bytes.size() + 4);
-    store_le<uint16_t>(bytes.data() + bytes.size() - 4, 64);  // col 64 in a 64-column tensor
-    store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(1.0f));
-    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const std::vector<uint8_t> bytes = test::q1t_with_overlay_col_out_of_range();
+    ASSERT_EQ(bytes.size(), 2 * 2 * quant::kQ1tTileBytes + 12 + 4);
+    const WeightView qv{DType::Q1T, {2, 64}, bytes, "q1t"};
     const auto xq = gaussian(2 * 64, 47);
     std::vector<float> yq(4);
     for (bool exact : {true, false}) {

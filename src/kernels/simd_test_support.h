@@ -11,6 +11,7 @@
 
 #include "kernels/weight_view.h"
 #include "quant/codec.h"
+#include "quant/layout.h"
 #include "quant/test_util.h"
 #include "util/half.h"
 
@@ -85,6 +86,18 @@ inline std::vector<float> int8_representable_activation(uint64_t cols) {
   std::vector<float> x(cols);
   for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
   return x;
+}
+
+/// A 2×64 q1t payload whose only overlay entry (owned by row 1) has col 64 — outside the row, so
+/// every path must fail with Error(Parse) when it decodes row 1.
+inline std::vector<uint8_t> q1t_with_overlay_col_out_of_range() {
+  std::vector<uint8_t> bytes = make(DType::Q1T, 2, 64, gaussian(128, 46)).bytes;
+  // The encoder writes no overlay: 2·2 tiles then row_ptr = {0, 0, 0}.
+  store_le<uint32_t>(bytes.data() + 2 * 2 * quant::kQ1tTileBytes + 8, 1);  // row_ptr[2] = 1
+  bytes.resize(bytes.size() + 4);
+  store_le<uint16_t>(bytes.data() + bytes.size() - 4, 64);
+  store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(1.0f));
+  return bytes;
 }
 
 /// γ_k = k·2^-24 / (1 − k·2^-24) (Higham, Accuracy and Stability of Numerical Algorithms, §3.1).

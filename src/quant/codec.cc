@@ -587,9 +587,9 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
   constexpr std::string_view what = "<decode>";
   if (t == DType::U8 || t == DType::Mix8_4 || t == DType::Q4Col || static_cast<int>(t) >= kNumDTypes)
     fail(ErrorKind::Unsupported, "cannot dequantize dtype {} ({})", static_cast<int>(t), dtype_name(t));
-  // q1t: its branch below takes the O(1) q1t_view and checks each row it decodes, so decoding a
-  // block of rows costs O(block), not O(tensor) (the kernels decode q1t 16 rows at a time).
-  if (t != DType::Q1T) validate_payload(t, shape, payload, what);
+  // q1t rows are checked as they are decoded (its branch below), so decoding a block of rows costs
+  // O(block), not O(tensor) (the kernels decode q1t 16 rows at a time).
+  validate_payload(t, shape, payload, what, /*check_rows=*/false);
   const uint64_t n = detail::numel(shape, what);
   const Matrix m = row_view(shape, n);
   if (r0 > m.rows || cnt > m.rows - r0)

@@ -81,7 +81,7 @@ std::optional<uint64_t> expected_nbytes(DType t, std::span<const uint64_t> shape
 }
 
 void validate_payload(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
-                      std::string_view tensor_name) {
+                      std::string_view tensor_name, bool check_rows) {
   const auto id = static_cast<unsigned>(t);
   if (id >= static_cast<unsigned>(kNumDTypes))
     fail(ErrorKind::Parse, "tensor '{}': unknown dtype {}", tensor_name, id);
@@ -100,7 +100,7 @@ void validate_payload(DType t, std::span<const uint64_t> shape, std::span<const 
       (void)q1s_view(shape, payload, tensor_name);
       return;
     case DType::Q1T:
-      (void)q1t_view(shape, payload, tensor_name);
+      (void)q1t_view(shape, payload, tensor_name, check_rows);
       return;
     default:
       break;

@@ -58,7 +58,10 @@ std::optional<uint64_t> expected_nbytes(DType t, std::span<const uint64_t> shape
 /// have exactly expected_nbytes; vbit/vbit_ro/q1s/q1t are parsed and their exact length and
 /// internal offsets/indices checked (FORMAT-NOTES §1.8); u8 accepts anything; reserved ids and
 /// shapes a codec cannot hold are rejected. Throws Error(Parse or Bounds) naming `tensor_name`.
+/// `check_rows = false` leaves q1t's per-row overlay check (O(rows + overlay)) to the caller, which
+/// must run q1t_check_row on every row it reads — as decode_rows and the matvec kernels do, so a
+/// per-call check stays O(1) for q1t; every other dtype is checked in full either way.
 void validate_payload(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
-                      std::string_view tensor_name);
+                      std::string_view tensor_name, bool check_rows = true);
 
 }  // namespace cortiq::quant
