@@ -157,6 +157,11 @@ std::atomic<SimdTier>& tier_slot() noexcept {
   return t;
 }
 
+/// Whether the dtype-independent vector ops (attention, SwiGLU) take their AVX-512 kernels.
+bool avx512_ops() noexcept {
+  return matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512;
+}
+
 Impl impl_for(quant::DType t) noexcept {
   if (matmul_mode() == MatmulMode::Reference) return Impl::Reference;
   const SimdTier tier = simd_tier();
@@ -271,8 +276,7 @@ float gelu_tanh(float x) {
 }
 
 void swiglu(const float* g, const float* u, float* out, size_t n) {
-  if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512)
-    return swiglu_simd(g, u, out, n);
+  if (avx512_ops()) return swiglu_simd(g, u, out, n);
   swiglu_ref(g, u, out, n);
 }
 void swiglu_ref(const float* g, const float* u, float* out, size_t n) {
@@ -369,7 +373,7 @@ void rope(float* x, size_t n_heads, size_t head_dim, const RopeTable& t, int64_t
 void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
                const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,
                size_t kv_head_end) {
-  if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512) {
+  if (avx512_ops()) {
     attention_simd(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
   } else {
     attention_ref(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
