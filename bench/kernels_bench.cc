@@ -14,6 +14,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -23,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd_matvec.h"
 #include "quant/dtype.h"
+#include "quant/layout.h"
 #include "util/half.h"
 
 namespace {
@@ -49,12 +51,21 @@ Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
   cur.bytes.clear();
   cur.bytes.shrink_to_fit();
   std::vector<uint64_t> shape{rows, cols};
-  const uint64_t n = *cortiq::quant::expected_nbytes(t, shape);
-  cur.bytes.resize(n);
   std::mt19937_64 g(42 + static_cast<int>(t));
   std::normal_distribution<float> nd(0.0f, 0.05f);
-  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+  if (t == DType::Q1T) {  // variable size: canonical base-3 tiles and an empty overlay
+    const uint64_t tiles = rows * cols / 32, tb = cortiq::quant::kQ1tTileBytes;
+    cur.bytes.assign(tiles * tb + 4 * (rows + 1), 0);
+    for (uint64_t i = 0; i < tiles; ++i) {
+      uint8_t* p = cur.bytes.data() + i * tb;
+      cortiq::store_le<uint16_t>(p, cortiq::f32_to_f16(std::fabs(nd(g))));
+      const uint64_t r = g();
+      for (int j = 0; j < 6; ++j) p[2 + j] = static_cast<uint8_t>(((r >> (8 * j)) & 0xFF) % 243);
+      p[8] = static_cast<uint8_t>((r >> 56) % 9);
+    }
+  } else if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
     const uint64_t el = rows * cols;
+    cur.bytes.resize(4 * el / (t == DType::F32 ? 1 : 2));
     for (uint64_t i = 0; i < el; ++i) {
       const float v = nd(g);
       if (t == DType::F32)
@@ -64,6 +75,8 @@ Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
                                    t == DType::F16 ? cortiq::f32_to_f16(v) : cortiq::f32_to_bf16(v));
     }
   } else {
+    const uint64_t n = *cortiq::quant::expected_nbytes(t, shape);
+    cur.bytes.resize(n);
     for (uint64_t i = 0; i + 8 <= n; i += 8) {
       const uint64_t r = g();
       std::memcpy(cur.bytes.data() + i, &r, 8);
@@ -151,8 +164,9 @@ void BM_memread(benchmark::State& st, size_t threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  constexpr DType kTypes[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8Row, DType::Q8_2F,
-                              DType::Q4Block, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,  DType::Q1};
+  constexpr DType kTypes[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
+                              DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
+                              DType::Q2TP,  DType::Q1,      DType::Q1T};
   struct Shape {
     uint64_t rows, cols;
   };
@@ -180,7 +194,8 @@ int main(int argc, char** argv) {
         }
       }
   for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
-    for (DType t : {DType::F16, DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4TP, DType::Q2TP})
+    for (DType t :
+         {DType::F16, DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4TP, DType::Q2TP, DType::Q1T})
       for (bool exact : {true, false})
         for (size_t th : {1, 2}) {
           if (!cortiq::kernels::simd_supported(t)) continue;

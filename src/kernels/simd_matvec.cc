@@ -30,6 +30,9 @@
 #include "util/half.h"
 
 #define CQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+/// The q1t int8 tile also needs AVX512-VBMI (vpermi2b); reached only when simd_vbmi_ok().
+#define CQ_AVX512_VBMI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
 
 namespace cortiq::kernels {
 
@@ -40,6 +43,11 @@ bool simd_cpu_ok() noexcept {
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+bool simd_vbmi_ok() noexcept {
+  static const bool ok = simd_cpu_ok() && __builtin_cpu_supports("avx512vbmi");
   return ok;
 }
 
@@ -56,7 +64,7 @@ bool simd_supported(DType t) noexcept {
     case DType::Q4TP:
     case DType::Q2TP:
     case DType::Q1:
-    case DType::Q1T:  // exact path (decode + f32 dot) in both modes
+    case DType::Q1T:  // int8 path only with VBMI (simd_vbmi_ok), else the exact path in both modes
       return true;
     default:
       return false;
@@ -81,13 +89,22 @@ enum class Fam : uint8_t {
   Q1,   // natural order, 64 cols; u8 = 2·bit, w = 2·bit − 1, K = 1
   NIB,  // 128 cols (4 blocks): [evens of b0..b3 | odds of b0..b3]; u8 = nibble, K = 8
   Q2,   // 256 cols (8 blocks): plane j = elements 4k+j of each block; u8 = 2·code, K = 3, d·0.5
+  // 256 cols (8 q1t groups) in 5 planes of 64 bytes: plane p, bytes 8g..8g+7 = elements 5j+p
+  // (j = 0..6, zero where 5j+p ≥ 32, byte 7 zero) of group g — the base-3 digit p of code byte j;
+  // u8 = ternary value + 1 ∈ {0, 1, 2}, K = 1. Two lanes per group.
+  Q1T,
 };
 
+/// Columns per superblock.
 constexpr uint64_t fam_sb(Fam f) {
-  return f == Fam::NIB ? 128 : f == Fam::Q2 ? 256 : 64;
+  return f == Fam::NIB ? 128 : f == Fam::Q2 || f == Fam::Q1T ? 256 : 64;
+}
+/// Bytes of quantized activation per superblock (the columns, plus q1t's padding).
+constexpr uint64_t fam_xq_sb(Fam f) {
+  return f == Fam::Q1T ? 5 * 64 : fam_sb(f);
 }
 constexpr int32_t fam_k(Fam f) {
-  return f == Fam::Q8 ? 128 : f == Fam::Q1 ? 1 : f == Fam::NIB ? 8 : 3;
+  return f == Fam::Q8 ? 128 : f == Fam::Q1 || f == Fam::Q1T ? 1 : f == Fam::NIB ? 8 : 3;
 }
 
 /// One quantized activation vector (pointers into scratch).
@@ -103,7 +120,7 @@ struct QActSize {
 };
 QActSize qact_size(Fam f, uint64_t cols) {
   const uint64_t sb = fam_sb(f), nsb = (cols + sb - 1) / sb;
-  return {nsb, nsb * sb, nsb * 16};
+  return {nsb, nsb * fam_xq_sb(f), nsb * 16};
 }
 
 inline __mmask16 mask16(uint64_t n) {
@@ -162,14 +179,23 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
           _mm_storel_epi64(reinterpret_cast<__m128i*>(base + 192), _mm_unpackhi_epi64(b, b));
           break;
         }
+        case Fam::Q1T: {
+          alignas(16) int8_t nat[32];
+          _mm_store_si128(reinterpret_cast<__m128i*>(nat), _mm512_cvtsepi32_epi8(q0));
+          _mm_store_si128(reinterpret_cast<__m128i*>(nat + 16), _mm512_cvtsepi32_epi8(q1));
+          int8_t* base = xq + s * 320 + 8 * j;
+          for (uint32_t p = 0; p < 5; ++p)
+            for (uint32_t b = 0; b < 8; ++b) base[64 * p + b] = 5 * b + p < 32 ? nat[5 * b + p] : int8_t{0};
+          break;
+        }
       }
       for (uint64_t l = 0; l < lanes; ++l) d[s * 16 + j * lanes + l] = (amax / 127.0f) * dmul;
     }
     // Per-lane bias −K·Σ(the q that vpdpbusd folds into that lane), so every int32 lane is exactly
     // Σ w·q over its own products (no cancellation between lanes in the f32 sum).
     __m512i acc = _mm512_setzero_si512();
-    for (uint64_t k = 0; k < fam_sb(f) / 64; ++k)
-      acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), _mm512_loadu_si512(xq + s * fam_sb(f) + 64 * k));
+    for (uint64_t k = 0; k < fam_xq_sb(f) / 64; ++k)
+      acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), _mm512_loadu_si512(xq + s * fam_xq_sb(f) + 64 * k));
     _mm512_storeu_si512(bias + 16 * s, _mm512_mullo_epi32(acc, _mm512_set1_epi32(-K)));
   }
 }
@@ -676,13 +702,15 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     case DType::Q1T:
       pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
       pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
+      pl.fam = Fam::Q1T;
       break;
     default:
       break;
   }
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
-  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 && pl.t != DType::Q1T;
+  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 &&
+            (pl.t != DType::Q1T || simd_vbmi_ok());
   if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch(slot);
     grow(cs.col, pl.cols);
@@ -889,10 +917,126 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
+[[noreturn]] void fail_q1t_tile(const Plan& pl, uint64_t r, uint64_t g) {
+  fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte", pl.name, r,
+       g);
+}
+
+/// Byte permutations of 8 consecutive q1t tiles (72 bytes, split over two registers lo/hi):
+/// kQ1tCodeIdx puts group g's 7 code bytes at 8g..8g+6 (byte 8g+7 is zeroed by a mask),
+/// kQ1tScaleIdx its f16 scale at 2g, 2g+1.
+constexpr std::array<uint8_t, 64> kQ1tCodeIdx = [] {
+  std::array<uint8_t, 64> a{};
+  for (uint32_t g = 0; g < 8; ++g)
+    for (uint32_t j = 0; j < 8; ++j) a[8 * g + j] = static_cast<uint8_t>(9 * g + 2 + std::min(j, 6u));
+  return a;
+}();
+constexpr std::array<uint8_t, 64> kQ1tScaleIdx = [] {
+  std::array<uint8_t, 64> a{};
+  for (uint32_t g = 0; g < 8; ++g) {
+    a[2 * g] = static_cast<uint8_t>(9 * g);
+    a[2 * g + 1] = static_cast<uint8_t>(9 * g + 1);
+  }
+  return a;
+}();
+
+/// u = value + 1 ∈ {0, 1, 2} of the base-3 digits 0..3 of a code byte b < 243, packed 2 bits
+/// each (digit p in bits 2p..2p+1); digit 4 is taken by comparison (b ≥ 81, b ≥ 162).
+/// Code → value: 0 → 0, 1 → +1, 2 → −1 (quant/layout.h), so u = (digit + 1) mod 3.
+constexpr std::array<uint8_t, 256> kQ1tLowDigits = [] {
+  std::array<uint8_t, 256> a{};
+  for (uint32_t b = 0; b < 243; ++b) {
+    uint32_t v = b, packed = 0;
+    for (uint32_t p = 0; p < 4; ++p, v /= 3) packed |= ((v % 3 + 1) % 3) << (2 * p);
+    a[b] = static_cast<uint8_t>(packed);
+  }
+  return a;
+}();
+
+/// q1t: R rows × T tokens over superblocks of 8 groups (Fam::Q1T). Per row and superblock the 8
+/// tiles are gathered with vpermi2b, the code bytes checked (bytes 0..5 < 243, byte 6 < 9: the
+/// exact path's q1t_tile_ok), and the five base-3 digits turned into u = value + 1 ∈ {0, 1, 2}
+/// (digits 0..3 from a 256-entry table, digit 4 by comparison); each digit plane is one vpdpbusd
+/// against the matching activation plane. The overlay is added by the caller
+/// (add_q1t_overlay). Same per-output operation sequence for every R, T (see tile_q8).
+template <int R, int T>
+CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
+  const __m512i cidx = _mm512_loadu_si512(kQ1tCodeIdx.data()), sidx = _mm512_loadu_si512(kQ1tScaleIdx.data());
+  // per group: 243 for code bytes 0..5, 9 for byte 6, 1 for the zeroed pad byte 7
+  const __m512i limit = _mm512_set1_epi64(static_cast<long long>(0x0109F3F3F3F3F3F3ull));
+  const __m512i expand = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi8(1), two = _mm512_set1_epi8(2);
+  const __m512i three = _mm512_set1_epi8(3), c81 = _mm512_set1_epi8(81),
+                c162 = _mm512_set1_epi8(static_cast<char>(162));
+  const __m512i lut0 = _mm512_loadu_si512(kQ1tLowDigits.data()),
+                lut1 = _mm512_loadu_si512(kQ1tLowDigits.data() + 64),
+                lut2 = _mm512_loadu_si512(kQ1tLowDigits.data() + 128),
+                lut3 = _mm512_loadu_si512(kQ1tLowDigits.data() + 192);
+  const __mmask64 code_bytes = 0x7F7F7F7F7F7F7F7Full;
+  const uint64_t pfd = prefetch_distance(pl, R);
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const uint64_t g0 = 8 * s, nb = quant::kQ1tTileBytes * std::min<uint64_t>(8, gpr - g0);
+    __m512i u[R][5];
+    __m512 sw[R];
+    for (int k = 0; k < R; ++k) {
+      const uint8_t* tp = pl.q1t.base + (rows[k] * gpr + g0) * quant::kQ1tTileBytes;
+      prefetch(tp + pfd);
+      prefetch(tp + 64 + pfd);
+      const __m512i lo = nb >= 64 ? _mm512_loadu_si512(tp) : _mm512_maskz_loadu_epi8(mask64(nb), tp);
+      const __m512i hi = nb > 64 ? _mm512_maskz_loadu_epi8(mask64(nb - 64), tp + 64) : zero;
+      const __m512i b = _mm512_maskz_permutex2var_epi8(code_bytes, lo, cidx, hi);
+      if (const __mmask64 bad = _mm512_cmpge_epu8_mask(b, limit))
+        fail_q1t_tile(pl, rows[k], g0 + static_cast<uint64_t>(__builtin_ctzll(bad)) / 8);
+      const __m128i hs = _mm512_castsi512_si128(_mm512_permutex2var_epi8(lo, sidx, hi));
+      sw[k] = _mm512_permutexvar_ps(expand, _mm512_castps256_ps512(_mm256_cvtph_ps(hs)));
+      const __m512i lowd =
+          _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), _mm512_permutex2var_epi8(lut0, b, lut1),
+                                 _mm512_permutex2var_epi8(lut2, b, lut3));
+      u[k][0] = _mm512_and_si512(lowd, three);
+      u[k][1] = _mm512_and_si512(_mm512_srli_epi16(lowd, 2), three);
+      u[k][2] = _mm512_and_si512(_mm512_srli_epi16(lowd, 4), three);
+      u[k][3] = _mm512_and_si512(_mm512_srli_epi16(lowd, 6), three);
+      const __mmask64 k1 = _mm512_cmpge_epu8_mask(b, c81), k2 = _mm512_cmpge_epu8_mask(b, c162);
+      u[k][4] = _mm512_mask_mov_epi8(_mm512_mask_blend_epi8(k1, one, two), k2, zero);
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xq = a[t].xq + 320 * s;
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k) {
+        __m512i acc = _mm512_dpbusd_epi32(bias, u[k][0], _mm512_loadu_si512(xq));
+        for (int p = 1; p < 5; ++p) acc = _mm512_dpbusd_epi32(acc, u[k][p], _mm512_loadu_si512(xq + 64 * p));
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
+}
+
+/// Adds the q1t overlay of rows [r0, r0+rc) (block-local j0 + k) to the int8 tiles' outputs in f32:
+/// Y[i·y_stride + j0 + k] += Σ_e value_e·X[i, col_e], entries in file order; checks each row
+/// (quant::q1t_check_row) first.
+void add_q1t_overlay(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, size_t n, float* y,
+                     size_t y_stride, uint64_t j0) {
+  for (uint64_t k = 0; k < rc; ++k) {
+    quant::q1t_check_row(pl.q1t, r0 + k, pl.name);
+    for (uint32_t e = pl.q1t.ptr(r0 + k); e < pl.q1t.ptr(r0 + k + 1); ++e) {
+      const uint16_t c = pl.q1t.col(e);
+      const float v = pl.q1t.value(e);
+      for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] += v * x[i * pl.cols + c];
+    }
+  }
+}
+
 /// Whether the int8 path of pl.t goes through the register-blocked tiles.
 bool tiled_int8(DType t) {
   return t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q4Tiled || t == DType::Q4Block ||
-         t == DType::Q4TP || t == DType::Q2TP;
+         t == DType::Q4TP || t == DType::Q2TP || t == DType::Q1T;
 }
 
 template <int R, int T>
@@ -900,6 +1044,8 @@ CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* r
                          const QAct* a, float* out) {
   if (pl.fam == Fam::Q8)
     tile_q8<R, T>(pl, rows, a, out);
+  else if (pl.fam == Fam::Q1T)
+    tile_q1t<R, T>(pl, rows, a, out);
   else if (pl.fam == Fam::Q2)
     tile_q2<R, T>(pl, st, rows, li, a, out);
   else
@@ -947,7 +1093,16 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
   // divides them, so no padded token is computed.
-  if (n == 2)
+  if (pl.fam == Fam::Q1T) {  // 5 digit planes per row: 2-row tiles keep the accumulators in registers
+    if (n == 1)
+      block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else if (n == 2)
+      block_int8_rt<2, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else if (n % 4 == 0)
+      block_int8_rt<2, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else
+      block_int8_rt<2, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  } else if (n == 2)
     block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (n > 1 && (pl.fam == Fam::Q8 || n % 4 == 0))
     block_int8_rt<4, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
@@ -986,6 +1141,7 @@ void run_block(const Job& j, size_t b, BlockState& st) {
   if (is_tp) prep_tp(pl, r0, rc, st);
   if (pl.int8 && tiled_int8(pl.t)) {
     block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    if (pl.t == DType::Q1T) add_q1t_overlay(pl, r0, rc, x, n, y, y_stride, j0);
   } else if (pl.int8) {
     for (uint64_t k = 0; k < rc; ++k)
       for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));

@@ -19,8 +19,10 @@
 //    Error vs the exact product: |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254 (plus f32 rounding,
 //    ~1e-6 relative). q8_2f folds its column field into the activation first (x'_c = x_c·col_c,
 //    quantized per block; the bound then uses |ŵ_c|/col_c·absmax'_b/254). Used for q8_row, q8_2f,
-//    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1; f32/f16/bf16 (and every dtype whose int8
-//    kernel is not implemented, e.g. q4_block with cols % 32 != 0) take the exact path.
+//    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1 and q1t (with AVX512-VBMI; its sparse
+//    overlay is added in f32 against the unquantized activation, so only the ternary base carries
+//    the int8 error); f32/f16/bf16 (and every dtype whose int8 kernel is not implemented, e.g.
+//    q4_block with cols % 32 != 0, q1t without VBMI) take the exact path.
 //
 // Memory: every tile prefetches the same offsets one tile of rows (≥ 4 KiB) ahead — CMF rows are
 // short, and the hardware prefetchers neither ramp up inside one nor cross 4 KiB pages.
@@ -44,10 +46,14 @@ namespace cortiq::kernels {
 /// Whether this CPU has the AVX-512 (F/BW/VL/DQ/VNNI) features the SIMD kernels need.
 bool simd_cpu_ok() noexcept;
 
+/// Whether simd_cpu_ok() and the CPU also has AVX512-VBMI, which q1t's int8 kernel needs (its tiles
+/// are gathered with vpermi2b); without it q1t takes the exact path.
+bool simd_vbmi_ok() noexcept;
+
 /// Whether matvec_rows_simd / matmul_simd implement `t` on this CPU. True for f32, f16, bf16,
-/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1t when simd_cpu_ok() (q1t always takes the
-/// exact path: rows decoded in registers + f32 dot); false otherwise (and for vbit, vbit_ro, q1s,
-/// u8 and the reserved ids — the caller uses the reference there).
+/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1t when simd_cpu_ok() (q1t's int8 path needs
+/// simd_vbmi_ok() too, else it takes the exact path: rows decoded in registers + f32 dot); false otherwise
+/// (and for vbit, vbit_ro, q1s, u8 and the reserved ids — the caller uses the reference there).
 bool simd_supported(quant::DType t) noexcept;
 
 /// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]`, x: [cols], y: [row_count].
@@ -63,7 +69,8 @@ void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_coun
 /// Y: `[n, rows]`. Cache- and register-blocked: a block of 16 weight rows is decoded (exact path,
 /// quantized codecs) once and applied to all n tokens from L1/L2; the inner kernels compute tiles of
 /// 2 rows × 2 tokens (exact) or 4 rows × 4 tokens (int8 q8; the 4- and 2-bit codecs 4 rows × 2, 3
-/// or 4 tokens, whichever divides small batches; all activations quantized once up front; q1 still
+/// or 4 tokens, whichever divides small batches; q1t 4 rows × 1 or 2 rows × 2, 3 or 4 tokens; all
+/// activations quantized once up front; q1 still
 /// goes row by row), loading/unpacking each weight
 /// superblock once per tile. Each Y[i, r] is computed with exactly the arithmetic of matvec_rows_simd with
 /// the same `exact` flag, so the result is bit-identical to n matvec calls (a stronger property than the

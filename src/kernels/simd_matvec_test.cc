@@ -2,6 +2,7 @@
 // adversarial inputs, with the error bounds documented in simd_matvec.h.
 #include "kernels/simd_matvec.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -182,6 +183,59 @@ TEST(Simd, Q4BlockWithUnalignedColsUsesTheReference) {
   matvec_rows_ref(w.view, 0, 7, x.data(), ref.data(), serial_pool());
   matvec_rows_simd(w.view, 0, 7, x.data(), y.data(), serial_pool(), false);
   EXPECT_EQ(0, std::memcmp(ref.data(), y.data(), 28));
+}
+
+// q1t's int8 kernel gathers 8 tiles per superblock: a bad code byte anywhere (byte 5 ≥ 243, the
+// two-code byte 6 ≥ 9) must be reported with its row and group, also in a partial last superblock,
+// exactly as the exact path reports it.
+TEST(Simd, Q1tBadCodeByteNamesRowAndGroup) {
+  if (!simd_cpu_ok()) GTEST_SKIP();
+  const uint64_t rows = 3, cols = 320;  // 10 groups: one full superblock of 8 and a partial one
+  const Tensor q = make(DType::Q1T, rows, cols, gaussian(rows * cols, 48));
+  struct Case {
+    uint64_t row, group, byte;
+    uint8_t value;
+  };
+  for (const Case c : {Case{1, 3, 5, 243}, Case{2, 9, 6, 9}, Case{0, 7, 6, 200}}) {
+    std::vector<uint8_t> bytes = q.bytes;
+    bytes[(c.row * cols / 32 + c.group) * quant::kQ1tTileBytes + 2 + c.byte] = c.value;
+    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const auto x = gaussian(cols * 3, 49);
+    std::vector<float> y(rows * 3);
+    const std::string want = fmt::format("row {}, group {}", c.row, c.group);
+    for (bool exact : {true, false})
+      for (size_t n : {size_t{1}, size_t{3}}) {
+        try {
+          matmul_simd(qv, x.data(), n, y.data(), serial_pool(), exact);
+          ADD_FAILURE() << "no throw: " << want;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+          EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what() << " / " << want;
+        }
+      }
+  }
+}
+
+// The q1t overlay (sparse f16 values over base code 0) is added in f32 on the int8 path: values
+// within the int8 bound of the reference (which decodes the overlay), matmul == matvec bitwise.
+TEST(Simd, Q1tOverlayOnBothPaths) {
+  if (!simd_cpu_ok()) GTEST_SKIP();
+  const uint64_t rows = 21, cols = 288;
+  const Tensor w = test::q1t_with_overlay(rows, cols, 50);
+  ASSERT_GT(w.bytes.size(), rows * cols / 32 * quant::kQ1tTileBytes + 4 * (rows + 1) + 4 * 30);
+  const auto X = gaussian(5 * cols, 51);
+  for (Path p : {Path::Exact, Path::Int8}) {
+    SCOPED_TRACE(p == Path::Exact ? "exact" : "int8");
+    const auto y = check_matvec(w, 0, rows, X, p);
+    // an overlay value of 100 dominates its row: the overlay is really applied
+    EXPECT_GT(std::fabs(y[0]), 10.0f);
+    std::vector<float> Y(5 * rows), yi(rows);
+    matmul_simd(w.view, X.data(), 5, Y.data(), serial_pool(), p == Path::Exact);
+    for (size_t i = 0; i < 5; ++i) {
+      matvec_rows_simd(w.view, 0, rows, X.data() + i * cols, yi.data(), serial_pool(), p == Path::Exact);
+      EXPECT_EQ(0, std::memcmp(yi.data(), Y.data() + i * rows, rows * 4)) << "token " << i;
+    }
+  }
 }
 
 TEST(Simd, Errors) {

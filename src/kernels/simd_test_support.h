@@ -100,6 +100,41 @@ inline std::vector<uint8_t> q1t_with_overlay_col_out_of_range() {
   return bytes;
 }
 
+/// A q1t tensor `[rows, cols]` (cols % 32 == 0) from gaussian weights whose even rows also carry an
+/// overlay: three entries at the first columns whose base code is 0, values 0.75·(r+1), −5.5 and 100
+/// (an outlier no ternary level reaches). deq is the reference decode, overlay included.
+inline Tensor q1t_with_overlay(uint64_t rows, uint64_t cols, uint32_t seed) {
+  const Tensor base = make(DType::Q1T, rows, cols, gaussian(rows * cols, seed, 0.05f));
+  const uint64_t gpr = cols / 32, tile_bytes = rows * gpr * quant::kQ1tTileBytes;
+  std::vector<std::pair<uint16_t, float>> entries;
+  std::vector<uint32_t> row_ptr{0};
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float vals[3] = {0.75f * static_cast<float>(r + 1), -5.5f, 100.0f};
+    for (uint64_t c = 0, k = 0; r % 2 == 0 && c < cols && k < 3; ++c)
+      if (quant::q1t_code(base.bytes.data() + (r * gpr + c / 32) * quant::kQ1tTileBytes,
+                          static_cast<uint32_t>(c % 32)) == 0)
+        entries.emplace_back(static_cast<uint16_t>(c), vals[k++]);
+    row_ptr.push_back(static_cast<uint32_t>(entries.size()));
+  }
+  std::vector<uint8_t> bytes(base.bytes.begin(),
+                             base.bytes.begin() + static_cast<std::ptrdiff_t>(tile_bytes));
+  bytes.resize(tile_bytes + 4 * (rows + 1) + 4 * entries.size());
+  for (uint64_t r = 0; r <= rows; ++r) store_le<uint32_t>(bytes.data() + tile_bytes + 4 * r, row_ptr[r]);
+  uint8_t* e = bytes.data() + tile_bytes + 4 * (rows + 1);
+  for (const auto& [c, v] : entries) {
+    store_le<uint16_t>(e, c);
+    store_le<uint16_t>(e + 2, f32_to_f16(v));
+    e += 4;
+  }
+  Tensor o;
+  o.bytes = std::move(bytes);
+  const std::vector<uint64_t> shape{rows, cols};
+  o.view = WeightView{DType::Q1T, shape, o.bytes, "w"};
+  o.deq.resize(rows * cols);
+  quant::decode(DType::Q1T, shape, o.bytes, o.deq);
+  return o;
+}
+
 /// γ_k = k·2^-24 / (1 − k·2^-24) (Higham, Accuracy and Stability of Numerical Algorithms, §3.1).
 inline double gamma(double k) {
   const double u = std::ldexp(1.0, -24);
