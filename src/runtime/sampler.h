@@ -40,16 +40,29 @@ struct SamplerParams {
 /// softmax → min-p (drop p < max·min_p) → top-k (keep values ≥ the k-th largest) → top-p (sorted
 /// descending, keep through the first index whose cumulative sum ≥ p) → renormalize →
 /// inverse-CDF draw with one uniform(). Every filter leaving nothing → argmax.
+///
+/// Not thread-safe: one Sampler per sequence. The scratch buffers below grow to the largest
+/// vocabulary seen and are then reused, so the steady decode loop does not allocate.
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
-  /// Samples one id; `logits` [vocab] is modified in place (penalties applied).
+  /// Samples one id from `logits` [vocab] (modified in place: suppress and penalties applied);
+  /// `history` holds the past ids (prompt + generated; ids ≥ vocab are ignored). Draws exactly one
+  /// uniform() when the filtered distribution is non-empty, none on the greedy/argmax paths. An
+  /// empty `logits` returns 0. The result depends only on the inputs and the RNG state: the top-p
+  /// cut-off sorts candidates by probability descending, ties by id ascending.
   uint32_t sample(std::span<float> logits, std::span<const uint32_t> history);
   const SamplerParams& params() const noexcept { return p_; }
 
  private:
   SamplerParams p_;
   SplitMix64 rng_;
+  std::vector<double> pr_;     ///< [vocab] probabilities of the current call
+  std::vector<double> kth_;    ///< [candidates] values for top-k's nth_element
+  std::vector<uint32_t> nz_;   ///< [candidates] ids with pr_ > 0, ascending
+  std::vector<uint32_t> ord_;  ///< [candidates] ids in top-p order (sorted prefix only)
+  std::vector<double> hist_;   ///< [1024] top-p mass per binary exponent
+  std::vector<uint8_t> seen_;  ///< [vocab] all-zero between calls; marks distinct history ids
 };
 
 /// Applies the repetition and presence penalties of the chain to `logits` in place (exposed for
@@ -57,7 +70,11 @@ class Sampler {
 void apply_penalties(std::span<float> logits, std::span<const uint32_t> history, float repeat_penalty,
                      float presence_penalty);
 
-/// Index of the largest value; ties → the highest index (ENGINE-NOTES §3.13).
+/// Index of the largest value of `v`; ties → the highest index (ENGINE-NOTES §3.13; -0.0 and
+/// +0.0 tie). NaN: if v[0] is NaN the result is 0, otherwise NaNs are never chosen (the result is
+/// the last index of the maximum of the non-NaN values). An empty span returns 0. Exactly the
+/// result of the scalar scan `best = 0; for i ≥ 1: if (v[i] >= v[best]) best = i`, computed with a
+/// vectorized block-max pass plus a backward scan of one block.
 uint32_t argmax_last(std::span<const float> v);
 
 }  // namespace cortiq::runtime

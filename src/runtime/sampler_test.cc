@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
 
 #include "runtime/perplexity.h"
 
@@ -71,6 +77,317 @@ TEST(Sampler, SuppressedIdNeverDrawn) {
     std::vector<float> l{5.0f, 0.0f, 0.0f};
     EXPECT_NE(s.sample(l, {}), 0u);
   }
+}
+
+// ---- Reference: the original (pre-optimization) scalar implementation, kept verbatim in
+// behaviour. The optimized Sampler / argmax_last must agree with it exactly (same token, same
+// RNG consumption) on every input.
+
+uint32_t ref_argmax_last(std::span<const float> v) {
+  uint32_t best = 0;
+  for (uint32_t i = 1; i < v.size(); ++i)
+    if (v[i] >= v[best]) best = i;
+  return best;
+}
+
+class RefSampler {
+ public:
+  RefSampler(const SamplerParams& p, uint64_t seed) : p_(p), rng_(seed) {}
+
+  uint32_t sample(std::span<float> logits, std::span<const uint32_t> history) {
+    const size_t V = logits.size();
+    for (uint32_t id : p_.suppress)
+      if (id < V) logits[id] = -std::numeric_limits<float>::infinity();
+    apply_penalties(logits, history, p_.repeat_penalty, p_.presence_penalty);
+    if (p_.temperature < 1e-6f) return ref_argmax_last(logits);
+    std::vector<double> pr(V);
+    double mx = -INFINITY;
+    for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[i]) / p_.temperature);
+    double sum = 0.0;
+    for (size_t i = 0; i < V; ++i)
+      sum += (pr[i] = std::exp(static_cast<double>(logits[i]) / p_.temperature - mx));
+    double pmax = 0.0;
+    for (auto& x : pr) pmax = std::max(pmax, x /= sum);
+    if (p_.min_p > 0.0f)
+      for (auto& x : pr)
+        if (x < pmax * p_.min_p) x = 0.0;
+    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < V) {
+      std::vector<double> s(pr);
+      std::nth_element(s.begin(), s.begin() + (p_.top_k - 1), s.end(), std::greater<>());
+      const double kth = s[p_.top_k - 1];
+      for (auto& x : pr)
+        if (x < kth) x = 0.0;
+    }
+    if (p_.top_p < 1.0f) {
+      std::vector<uint32_t> idx(V);
+      std::iota(idx.begin(), idx.end(), 0u);
+      std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return pr[a] > pr[b]; });
+      double tot = 0.0;
+      for (double x : pr) tot += x;
+      double cum = 0.0;
+      size_t keep = V;
+      for (size_t i = 0; i < V; ++i) {
+        cum += tot > 0 ? pr[idx[i]] / tot : 0.0;
+        if (cum >= p_.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      for (size_t i = keep; i < V; ++i) pr[idx[i]] = 0.0;
+    }
+    double tot = 0.0;
+    for (double x : pr) tot += x;
+    if (!(tot > 0.0)) return ref_argmax_last(logits);
+    const double r = static_cast<double>(rng_.uniform()) * tot;
+    double cum = 0.0;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < V; ++i) {
+      if (pr[i] <= 0.0) continue;
+      last = i;
+      cum += pr[i];
+      if (r < cum) return i;
+    }
+    return last;
+  }
+
+ private:
+  SamplerParams p_;
+  SplitMix64 rng_;
+};
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+/// Random logits of one of several shapes: smooth, heavily tied (few distinct levels), a large
+/// block of duplicated maxima, sprinkled -inf, all -inf, and (rarely) +inf / NaN.
+std::vector<float> random_logits(std::mt19937_64& g, size_t V) {
+  std::vector<float> l(V);
+  std::normal_distribution<float> nd(0.0f, std::uniform_real_distribution<float>(0.1f, 6.0f)(g));
+  const int shape = static_cast<int>(g() % 8);
+  const int levels = 1 + static_cast<int>(g() % 6);
+  for (auto& x : l) {
+    x = nd(g);
+    if (shape == 1 || shape == 2) x = std::round(x * static_cast<float>(levels)) / static_cast<float>(levels);
+  }
+  if (shape == 2 || shape == 3) {  // many exact duplicates of the maximum (or of one value)
+    const float top = shape == 2 ? *std::max_element(l.begin(), l.end()) : 3.0f;
+    const size_t n = 1 + g() % (V / 2 + 1);
+    for (size_t k = 0; k < n; ++k) l[g() % V] = top;
+  }
+  if (shape == 4 || g() % 4 == 0) {  // -inf entries
+    const size_t n = g() % (V + 1);
+    for (size_t k = 0; k < n; ++k) l[g() % V] = -kInf;
+  }
+  if (shape == 5 && g() % 3 == 0) std::fill(l.begin(), l.end(), -kInf);
+  if (shape == 6 && g() % 2 == 0) l[g() % V] = (g() % 2) ? kInf : kNaN;
+  if (shape == 7) {  // huge magnitudes: exp underflows to exact zeros for most entries
+    for (auto& x : l) x *= 1e4f;
+  }
+  return l;
+}
+
+SamplerParams random_params(std::mt19937_64& g, size_t V) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  SamplerParams p;
+  switch (g() % 6) {
+    case 0:
+      p.temperature = 0.0f;
+      break;
+    case 1:
+      p.temperature = (g() % 2) ? 1e-7f : 1e-6f;
+      break;
+    case 2:
+      p.temperature = 50.0f + 100.0f * u(g);
+      break;
+    default:
+      p.temperature = 0.05f + 2.5f * u(g);
+  }
+  switch (g() % 6) {
+    case 0:
+      p.top_k = 0;
+      break;
+    case 1:
+      p.top_k = -1;
+      break;
+    case 2:
+      p.top_k = 1;
+      break;
+    case 3:
+      p.top_k = static_cast<int>(V) - static_cast<int>(g() % 2);
+      break;
+    default:
+      p.top_k = 1 + static_cast<int>(g() % (V + 5));
+  }
+  switch (g() % 7) {
+    case 0:
+      p.top_p = 1.0f;
+      break;
+    case 1:
+      p.top_p = 0.0f;
+      break;
+    case 2:
+      p.top_p = -0.25f;
+      break;
+    case 3:
+      p.top_p = 0.999999f;
+      break;
+    case 4:
+      p.top_p = 1e-9f;
+      break;
+    default:
+      p.top_p = u(g);
+  }
+  switch (g() % 5) {
+    case 0:
+      p.min_p = 0.0f;
+      break;
+    case 1:
+      p.min_p = (g() % 2) ? 1.0f : 1.5f;
+      break;
+    default:
+      p.min_p = 0.5f * u(g);
+  }
+  p.repeat_penalty = (g() % 2) ? 1.0f : 0.5f + 1.5f * u(g);
+  p.presence_penalty = (g() % 2) ? 0.0f : 2.0f * u(g);
+  const size_t ns = g() % 4;
+  for (size_t k = 0; k < ns; ++k) p.suppress.push_back(static_cast<uint32_t>(g() % (V + 3)));
+  p.seed = g();
+  return p;
+}
+
+uint32_t float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// The optimized sampler draws the same token as the reference for every case and every one of
+// several consecutive draws (so the RNG is consumed identically), and leaves the same penalized
+// logits behind.
+TEST(Sampler, MatchesReferenceImplementationOnRandomCases) {
+  std::mt19937_64 g(20240611);
+  size_t draws = 0, non_greedy_draws = 0, non_argmax = 0;
+  for (int c = 0; c < 2500; ++c) {
+    const size_t V = c < 20 ? 20000 + g() % 20000 : 1 + g() % 3000;
+    const SamplerParams p = random_params(g, V);
+    Sampler fast(p);
+    RefSampler ref(p, *p.seed);
+    const int n_draws = 1 + static_cast<int>(g() % 5);
+    for (int d = 0; d < n_draws; ++d) {
+      const std::vector<float> logits = random_logits(g, V);
+      std::vector<uint32_t> hist(g() % 64);
+      for (auto& h : hist) h = static_cast<uint32_t>(g() % (V + 8));
+      std::vector<float> a = logits, b = logits;
+      const uint32_t got = fast.sample(a, hist);
+      const uint32_t want = ref.sample(b, hist);
+      ASSERT_EQ(got, want) << "case " << c << " draw " << d << " V=" << V << " T=" << p.temperature
+                           << " top_k=" << p.top_k << " top_p=" << p.top_p << " min_p=" << p.min_p;
+      for (size_t i = 0; i < V; ++i)
+        ASSERT_EQ(float_bits(a[i]), float_bits(b[i])) << "case " << c << " i " << i;
+      ++draws;
+      if (p.temperature >= 1e-6f) {
+        ++non_greedy_draws;
+        if (got != ref_argmax_last(b)) ++non_argmax;
+      }
+    }
+  }
+  // The generator must actually exercise the stochastic path, not only argmax fallbacks.
+  EXPECT_GT(draws, 6000u);
+  EXPECT_GT(non_greedy_draws, 3000u);
+  EXPECT_GT(non_argmax, 1000u);
+}
+
+// Equal probabilities straddling the top-p cut: the reference order is probability descending
+// with ties by id ascending, so with p = {.25,.25,.25,.25} and top_p 0.5 only ids 0 and 1 survive.
+TEST(Sampler, TopPTiesKeepLowestIds) {
+  SamplerParams p;
+  p.seed = 99;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.min_p = 0.0f;
+  p.top_p = 0.5f;
+  p.repeat_penalty = 1.0f;
+  Sampler s(p);
+  int count[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> l{1.0f, 1.0f, 1.0f, 1.0f};
+    ++count[s.sample(l, {})];
+  }
+  EXPECT_GT(count[0], 50);
+  EXPECT_GT(count[1], 50);
+  EXPECT_EQ(count[2], 0);
+  EXPECT_EQ(count[3], 0);
+  // Same with the tied mass behind a larger head and after index 64 (beyond the first sorted
+  // prefix): V = 300, id 7 has the head, ids 100..299 tie; the cut keeps 7 and the lowest tied ids.
+  std::vector<float> l(300, -kInf);
+  l[7] = 3.0f;
+  for (size_t i = 100; i < 300; ++i) l[i] = 0.0f;
+  p.top_p = 0.8f;  // mass(7) = e^3/(e^3+200) ≈ 0.0913; each tie ≈ 0.004543 → ~156 ties kept
+  Sampler t(p);
+  RefSampler r(p, *p.seed);
+  uint32_t hi = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> a = l, b = l;
+    const uint32_t got = t.sample(a, {});
+    EXPECT_EQ(got, r.sample(b, {}));
+    if (got != 7) hi = std::max(hi, got);
+  }
+  EXPECT_GE(hi, 240u);  // ties up to about id 255 are drawn ...
+  EXPECT_LE(hi, 256u);  // ... but never the high tied ids the cut drops
+}
+
+// argmax_last agrees with the scalar reference scan on random inputs, including ties, ±0, -inf,
+// NaN at 0 / elsewhere / everywhere, and lengths around the internal block size.
+TEST(Sampler, ArgmaxLastMatchesReferenceScan) {
+  std::mt19937_64 g(7);
+  const size_t special[] = {0, 1, 2, 15, 16, 17, 511, 512, 513, 1023, 1024, 1025, 1536, 4099};
+  for (int c = 0; c < 4000; ++c) {
+    const size_t n = c < 14 * 8 ? special[c % 14] : g() % 3000;
+    std::vector<float> v(n);
+    const int shape = static_cast<int>(g() % 6);
+    for (auto& x : v) {
+      switch (shape) {
+        case 0:
+          x = std::normal_distribution<float>(0.0f, 3.0f)(g);
+          break;
+        case 1:
+          x = static_cast<float>(g() % 4);
+          break;  // heavy ties
+        case 2:
+          x = (g() % 2) ? 0.0f : -0.0f;
+          break;  // signed zeros tie
+        case 3:
+          x = (g() % 3) ? -kInf : -1.0f;
+          break;
+        case 4:
+          x = -kInf;
+          break;
+        default:
+          x = static_cast<float>(g() % 50) - 25.0f;
+      }
+    }
+    if (n > 0) {
+      const int nan_mode = static_cast<int>(g() % 5);
+      if (nan_mode == 1) v[0] = kNaN;
+      if (nan_mode == 2)
+        for (size_t k = 0; k < 1 + n / 10; ++k) v[g() % n] = kNaN;
+      if (nan_mode == 3) std::fill(v.begin() + static_cast<ptrdiff_t>(g() % n), v.end(), kNaN);
+      if (nan_mode == 4) v[n - 1] = kNaN;
+    }
+    ASSERT_EQ(argmax_last(v), ref_argmax_last(v)) << "case " << c << " n " << n << " shape " << shape;
+  }
+  // Hand cases.
+  EXPECT_EQ(argmax_last(std::vector<float>{}), 0u);
+  EXPECT_EQ(argmax_last(std::vector<float>{kNaN, 5.0f, 7.0f}), 0u);
+  EXPECT_EQ(argmax_last(std::vector<float>{1.0f, kNaN, 0.5f}), 0u);
+  EXPECT_EQ(argmax_last(std::vector<float>{0.0f, -0.0f}), 1u);
+  EXPECT_EQ(argmax_last(std::vector<float>{-kInf, kNaN, -kInf, kNaN}), 2u);
+  std::vector<float> big(151936, 1.0f);
+  big[1000] = 2.0f;
+  big[150000] = 2.0f;
+  EXPECT_EQ(argmax_last(big), 150000u);
+  big[150000] = kNaN;
+  EXPECT_EQ(argmax_last(big), 1000u);
 }
 
 TEST(Perplexity, TokenNll) {
