@@ -63,6 +63,20 @@ Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
       for (int j = 0; j < 6; ++j) p[2 + j] = static_cast<uint8_t>(((r >> (8 * j)) & 0xFF) % 243);
       p[8] = static_cast<uint8_t>((r >> 56) % 9);
     }
+  } else if (t == DType::Q1S) {  // random q1 base, 1% outliers (the encoder's default), ascending
+    const uint64_t tb = cortiq::quant::kQ1TileBytes, base = rows * cols / 32 * tb, count = rows * cols / 100;
+    cur.bytes.resize(base + 4 + 6 * count);
+    for (uint64_t i = 0; i < base; i += tb) {
+      const uint64_t r = g();
+      cortiq::store_le<uint16_t>(cur.bytes.data() + i, cortiq::f32_to_f16(std::fabs(nd(g))));
+      std::memcpy(cur.bytes.data() + i + 2, &r, 4);
+    }
+    cortiq::store_le<uint32_t>(cur.bytes.data() + base, static_cast<uint32_t>(count));
+    for (uint64_t k = 0; k < count; ++k) {
+      uint8_t* e = cur.bytes.data() + base + 4 + 6 * k;
+      cortiq::store_le<uint32_t>(e, static_cast<uint32_t>(k * 100 + g() % 100));
+      cortiq::store_le<uint16_t>(e + 4, cortiq::f32_to_f16(nd(g) * 10.0f));
+    }
   } else if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
     const uint64_t el = rows * cols;
     cur.bytes.resize(4 * el / (t == DType::F32 ? 1 : 2));
@@ -166,7 +180,7 @@ void BM_memread(benchmark::State& st, size_t threads) {
 int main(int argc, char** argv) {
   constexpr DType kTypes[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
                               DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
-                              DType::Q2TP,  DType::Q1,      DType::Q1T};
+                              DType::Q2TP,  DType::Q1,      DType::Q1S,     DType::Q1T};
   struct Shape {
     uint64_t rows, cols;
   };

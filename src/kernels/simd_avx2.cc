@@ -51,6 +51,7 @@ bool avx2_supported(DType t) noexcept {
     case DType::Q4TP:
     case DType::Q2TP:  // exact path (row decode + f32 dot) in both modes
     case DType::Q1:    // idem
+    case DType::Q1S:   // idem (q1 rows, then the outliers; unordered outliers via quant::decode_rows)
     case DType::Q1T:   // idem
       return true;
     default:
@@ -94,6 +95,7 @@ struct Plan {
   const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;                 // q4tp / q2tp
+  quant::Q1sView q1s;               // q1s: q1 base tiles at p, outlier entries
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -126,7 +128,9 @@ Plan make_plan(const WeightView& w, bool exact) {
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no AVX2 kernel", w.name,
          quant::dtype_name(w.dtype));
   // q1t rows are checked as quant::decode_rows decodes them: O(1) here, not O(rows + overlay).
-  quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
+  // q1s: q1s_view below is the full check (one pass over the outliers).
+  if (w.dtype != DType::Q1S)
+    quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   Plan pl;
   pl.w = &w;
   pl.t = w.dtype;
@@ -165,6 +169,10 @@ Plan make_plan(const WeightView& w, bool exact) {
       break;
     case DType::Q2TP:
       pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      break;
+    case DType::Q1S:
+      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
+      pl.row_bytes = quant::kQ1TileBytes * pl.gpr;
       break;
     default:
       break;
@@ -317,6 +325,8 @@ bool native_decode(const Plan& pl) {
     case DType::Q4Tiled:
     case DType::Q1:
       return pl.cols % 32 == 0;  // flat groups aligned with the rows
+    case DType::Q1S:
+      return pl.q1s.ascending;  // one run of outliers per row (else quant::decode_rows' overwrite scan)
     default:
       return false;
   }
@@ -397,7 +407,8 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
       }
       return;
     }
-    case DType::Q1: {
+    case DType::Q1:
+    case DType::Q1S: {
       // bit k of byte j (LSB-first) is weight 8j+k: +s if set else −s
       const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
       for (uint64_t g = 0; g < pl.gpr; ++g) {
@@ -410,6 +421,10 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
           _mm256_storeu_ps(out + 32 * g + 8 * j, _mm256_blendv_ps(ns, ps, set));
         }
       }
+      if (pl.t == DType::Q1S)  // outliers replace the base values
+        for (uint32_t e = pl.q1s.lower_bound(r * pl.cols);
+             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e)
+          out[pl.q1s.index(e) - r * pl.cols] = pl.q1s.value(e);
       return;
     }
     default:

@@ -108,7 +108,7 @@ TEST_P(Avx2Dtype, AdversarialInputs) {
   for (bool exact : {true, false}) {
     SCOPED_TRACE(std::string(quant::dtype_name(t)) + (exact ? " exact" : " int8"));
     const auto y = check_matvec(w, 0, rows, x, exact);
-    if (t != DType::Q1) {  // q1 cannot encode 0 (±2^-14 floor scale)
+    if (t != DType::Q1 && t != DType::Q1S) {  // q1 (q1s's base) cannot encode 0 (±2^-14 floor scale)
       EXPECT_EQ(y[3], 0.0f);
     }
     const std::vector<float> zero(cols, 0.0f);
@@ -222,7 +222,7 @@ TEST(Avx2, Errors) {
   if (!avx2_cpu_ok()) GTEST_SKIP();
   EXPECT_FALSE(avx2_supported(DType::VBit));
   EXPECT_FALSE(avx2_supported(DType::VBitRo));
-  EXPECT_FALSE(avx2_supported(DType::Q1S));
+  EXPECT_TRUE(avx2_supported(DType::Q1S));
   EXPECT_FALSE(avx2_supported(DType::U8));
   EXPECT_TRUE(avx2_supported(DType::Q8Row));
   // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product

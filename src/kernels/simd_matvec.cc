@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,7 @@ bool simd_supported(DType t) noexcept {
     case DType::Q4TP:
     case DType::Q2TP:
     case DType::Q1:
+    case DType::Q1S:  // q1 kernels + the outliers in f32; needs ascending indices (else the reference)
     case DType::Q1T:  // int8 path only with VBMI (simd_vbmi_ok), else the exact path in both modes
       return true;
     default:
@@ -212,6 +214,7 @@ struct Plan {
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;
   quant::Q1tView q1t;  // q1t: base tiles, row_ptr, overlay entries
+  quant::Q1sView q1s;  // q1s: q1 base tiles at p, outlier entries (ascending)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -524,6 +527,7 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       return;
     }
     case DType::Q1:
+    case DType::Q1S:
       for (uint64_t g = 0; g < pl.gpr; ++g) {
         const uint8_t* t = pl.p + quant::kQ1TileBytes * (r * pl.gpr + g);
         const float s = f16_to_f32(load_le<uint16_t>(t));
@@ -532,6 +536,10 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
         _mm512_storeu_ps(out + 32 * g, _mm512_mask_blend_ps(static_cast<__mmask16>(bits & 0xFFFF), ns, ps));
         _mm512_storeu_ps(out + 32 * g + 16, _mm512_mask_blend_ps(static_cast<__mmask16>(bits >> 16), ns, ps));
       }
+      if (pl.t == DType::Q1S)  // outliers replace the base values (ascending: one run per row)
+        for (uint32_t e = pl.q1s.lower_bound(r * pl.cols);
+             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e)
+          out[pl.q1s.index(e) - r * pl.cols] = pl.q1s.value(e);
       return;
     default:
       return;
@@ -601,9 +609,41 @@ CQ_AVX512 float dot_q1(const Plan& pl, uint64_t r, const QAct& a) {
   return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
 }
 
-/// int8 dot of the codecs without a tiled kernel (q1).
+/// int8 dot of the codecs without a tiled kernel (q1, q1s's base).
 CQ_AVX512 float row_int8(const Plan& pl, uint64_t r, const QAct& a) {
-  return pl.t == DType::Q1 ? dot_q1(pl, r, a) : 0.0f;
+  return pl.t == DType::Q1 || pl.t == DType::Q1S ? dot_q1(pl, r, a) : 0.0f;
+}
+
+/// q1s on the int8 path: Y[i·y_stride + j0 + k] += Σ_e (value_e − base_e)·X[i, c_e] over the outliers
+/// of row r0 + k (base_e = ±s of the q1 tile under the outlier), summed in f32 in file order
+/// (ascending) against the unquantized activation, then added once.
+CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, size_t n, float* y,
+                                size_t y_stride, uint64_t j0) {
+  const quant::Q1sView& v = pl.q1s;
+  uint32_t e0 = v.lower_bound(r0 * pl.cols);
+  for (uint64_t k = 0; k < rc; ++k) {
+    const uint64_t row0 = (r0 + k) * pl.cols, row1 = row0 + pl.cols;
+    const uint8_t* tiles = pl.p + quant::kQ1TileBytes * (r0 + k) * pl.gpr;
+    uint32_t e1 = e0;
+    while (e1 < v.count && v.index(e1) < row1) ++e1;
+    if (e1 == e0) continue;
+    for (size_t i = 0; i < n; ++i) {
+      const float* xi = x + i * pl.cols;
+      float acc = 0.0f;
+      for (uint32_t e = e0; e < e1; ++e) {
+        const uint64_t c = v.index(e) - row0;
+        const uint8_t* t = tiles + quant::kQ1TileBytes * (c / 32);
+        // base = +s when the bit is set, else −s: flip the sign bit of s branch-free
+        const uint32_t flip = (~(t[2 + (c % 32) / 8] >> (c % 8)) & 1u) << 31;
+        const float base =
+            std::bit_cast<float>(std::bit_cast<uint32_t>(_cvtsh_ss(load_le<uint16_t>(t))) ^ flip);
+        const float value = _cvtsh_ss(load_le<uint16_t>(v.entries + 6 * uint64_t{e} + 4));
+        acc += (value - base) * xi[c];
+      }
+      y[i * y_stride + j0 + k] += acc;
+    }
+    e0 = e1;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,8 +681,10 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no SIMD kernel", w.name,
          quant::dtype_name(w.dtype));
   // q1t: O(1) here; each row's overlay is checked when the row is decoded (decode_row), so a call
-  // costs O(rows read), not O(rows + overlay) of the tensor.
-  quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
+  // costs O(rows read), not O(rows + overlay) of the tensor. q1s: q1s_view below is the full check
+  // (one pass over the outliers per call, which also tells whether they are ascending).
+  if (w.dtype != DType::Q1S)
+    quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   pl.name = w.name;
   pl.t = w.dtype;
   pl.rows = w.rows();
@@ -671,6 +713,10 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     case DType::Q1:
       pl.fam = Fam::Q1;
       break;
+    case DType::Q1S:
+      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
+      pl.fam = Fam::Q1;
+      break;
     default:
       break;
   }
@@ -690,6 +736,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       pl.row_bytes = 18 * pl.gpr;
       break;
     case DType::Q1:
+    case DType::Q1S:
       pl.row_bytes = quant::kQ1TileBytes * pl.gpr;
       break;
     case DType::Q4Block:
@@ -709,6 +756,9 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   }
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
+  // Unordered (or duplicate) q1s indices are legal but leave no per-row run to find: the reference
+  // decodes them with overwrite semantics.
+  if (pl.t == DType::Q1S && !pl.q1s.ascending) return false;
   pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 &&
             (pl.t != DType::Q1T || simd_vbmi_ok());
   if (pl.t == DType::Q8_2F) {
@@ -1145,6 +1195,7 @@ void run_block(const Job& j, size_t b, BlockState& st) {
   } else if (pl.int8) {
     for (uint64_t k = 0; k < rc; ++k)
       for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));
+    if (pl.t == DType::Q1S) add_q1s_outliers(pl, r0, rc, x, n, y, y_stride, j0);
   } else if (floatw && n > 1) {
     constexpr int ER = 2, ET = 2;
     switch (pl.t) {

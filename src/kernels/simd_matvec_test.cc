@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -94,7 +95,7 @@ TEST_P(SimdDtype, AdversarialInputs) {
   for (Path p : {Path::Exact, Path::Int8}) {
     SCOPED_TRACE(std::string(quant::dtype_name(t)) + (p == Path::Exact ? " exact" : " int8"));
     const auto y = check_matvec(w, 0, rows, x, p);
-    if (t != DType::Q1) {  // q1 cannot encode 0 (±2^-14 floor scale)
+    if (t != DType::Q1 && t != DType::Q1S) {  // q1 (q1s's base) cannot encode 0 (±2^-14 floor scale)
       EXPECT_EQ(y[3], 0.0f);
     }
     const std::vector<float> zero(cols, 0.0f);
@@ -238,10 +239,43 @@ TEST(Simd, Q1tOverlayOnBothPaths) {
   }
 }
 
+// q1s outliers in any order are legal (a later duplicate wins): such a payload takes the reference,
+// bit for bit, while the ascending original runs the SIMD kernels within their bound.
+TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
+  if (!simd_cpu_ok()) GTEST_SKIP();
+  const uint64_t rows = 9, cols = 128;
+  const Tensor w = make(DType::Q1S, rows, cols, gaussian(rows * cols, 52, 0.1f));
+  const quant::Q1sView v = quant::q1s_view(w.view.shape, w.bytes, "w");
+  ASSERT_TRUE(v.ascending);
+  ASSERT_GE(v.count, 4u);
+  std::vector<uint8_t> bytes = w.bytes;
+  const size_t e0 = bytes.size() - 6 * v.count;
+  std::swap_ranges(bytes.begin() + static_cast<std::ptrdiff_t>(e0),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6));  // entries 0 and 1 swapped
+  bytes.resize(bytes.size() + 6);  // a duplicate of entry 2 with another value, last: it wins
+  std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 12), 4, bytes.end() - 6);
+  store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(9.0f));
+  store_le<uint32_t>(bytes.data() + e0 - 4, v.count + 1);
+  const WeightView uv{DType::Q1S, w.view.shape, bytes, "w"};
+  ASSERT_FALSE(quant::q1s_view(uv.shape, bytes, "w").ascending);
+  const auto x = gaussian(cols, 53);
+  std::vector<float> ref(rows), y(rows);
+  matvec_rows_ref(uv, 0, rows, x.data(), ref.data(), serial_pool());
+  for (bool exact : {true, false}) {
+    matvec_rows_simd(uv, 0, rows, x.data(), y.data(), serial_pool(), exact);
+    EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), rows * 4)) << "exact " << exact;
+  }
+  // the duplicate really changed a row: the unordered tensor differs from the original there
+  std::vector<float> orig(rows);
+  matvec_rows_ref(w.view, 0, rows, x.data(), orig.data(), serial_pool());
+  EXPECT_NE(0, std::memcmp(orig.data(), ref.data(), rows * 4));
+}
+
 TEST(Simd, Errors) {
   if (!simd_cpu_ok()) GTEST_SKIP();
   EXPECT_FALSE(simd_supported(DType::VBit));
-  EXPECT_FALSE(simd_supported(DType::Q1S));
+  EXPECT_FALSE(simd_supported(DType::VBitRo));
   EXPECT_FALSE(simd_supported(DType::U8));
   {  // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
     const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 44));

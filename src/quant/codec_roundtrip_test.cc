@@ -351,3 +351,49 @@ TEST(RoundTrip, ShapesAndDtypesRefused) {
 
 }  // namespace
 }  // namespace cortiq::quant
+
+namespace cortiq::quant {
+namespace {
+
+/// A 2×64 q1s payload (base from a fixed gaussian) with the given (flat index, value) entries.
+std::vector<uint8_t> q1s_with_entries(const std::vector<std::pair<uint32_t, float>>& entries) {
+  const std::vector<uint64_t> s{2, 64};
+  EncodeOptions none;
+  none.q1s_keep_frac = 0.0f;
+  std::vector<uint8_t> p = encode(DType::Q1S, s, testing::gaussian(128, 61), none);
+  const size_t head = p.size() - 4;  // the encoder wrote count = 0 last
+  store_le<uint32_t>(p.data() + head, static_cast<uint32_t>(entries.size()));
+  for (const auto& [i, v] : entries) {
+    const size_t at = p.size();
+    p.resize(at + 6);
+    store_le<uint32_t>(p.data() + at, i);
+    store_le<uint16_t>(p.data() + at + 4, f32_to_f16(v));
+  }
+  return p;
+}
+
+// q1s entries replace the base value, a later duplicate wins, and any order is legal: a row range
+// decoded alone (binary search when ascending, a scan otherwise) equals that range of the full decode.
+TEST(CodecQ1s, EntriesOverwriteInAnyOrderAndRowRangesAgree) {
+  const std::vector<uint64_t> s{2, 64};
+  const auto asc = q1s_with_entries({{5, -2.0f}, {70, 1.5f}, {100, 0.25f}});
+  const auto unordered = q1s_with_entries({{70, 1.5f}, {5, -2.0f}, {100, 0.5f}, {70, 3.0f}});
+  EXPECT_TRUE(q1s_view(s, asc, "w").ascending);
+  EXPECT_FALSE(q1s_view(s, unordered, "w").ascending);
+  for (const auto* p : {&asc, &unordered}) {
+    std::vector<float> full(128), row1(64), row0(64);
+    decode(DType::Q1S, s, *p, full);
+    EXPECT_EQ(full[5], -2.0f);
+    EXPECT_EQ(full[70], p == &asc ? 1.5f : 3.0f);
+    EXPECT_EQ(full[100], p == &asc ? 0.25f : 0.5f);
+    decode_rows(DType::Q1S, s, *p, 1, 1, row1);
+    decode_rows(DType::Q1S, s, *p, 0, 1, row0);
+    for (size_t c = 0; c < 64; ++c) {
+      EXPECT_EQ(row0[c], full[c]) << c;
+      EXPECT_EQ(row1[c], full[64 + c]) << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cortiq::quant

@@ -89,10 +89,12 @@ Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> paylo
   v.count = load_le<uint32_t>(payload.data() + base_bytes);
   v.entries = payload.data() + head;
   exact(what, DType::Q1S, add(head, mul(v.count, 6, what), what), payload.size());
-  for (uint32_t i = 0; i < v.count; ++i)
+  for (uint32_t i = 0; i < v.count; ++i) {
     if (v.index(i) >= n)
       fail(ErrorKind::Parse, "tensor '{}': q1s outlier {} has flat index {} >= {} elements", what, i,
            v.index(i), n);
+    if (i > 0 && v.index(i) <= v.index(i - 1)) v.ascending = false;
+  }
   return v;
 }
 

@@ -76,7 +76,9 @@ constexpr uint64_t vbit_row_bytes(uint64_t in, uint32_t b) noexcept {
 // q1 (12): per 32-group tile [f16 scale][4 bytes]; bit k of byte j (LSB-first) is weight 8j+k of
 // the group; w = +s if the bit is set else −s. Groups run over the flattened tensor.
 // q1s (13): q1 base for n/32 groups, then [u32 count] and count × [u32 flat_index][f16 value];
-// the value replaces the base value at that flat index.
+// the value replaces the base value at that flat index (a later entry with the same index wins).
+// The format does not require any order; our encoder writes strictly ascending indices, and
+// readers find a row's entries by binary search when they are (Q1sView::ascending).
 // ---------------------------------------------------------------------------------------------
 inline constexpr uint64_t kQ1TileBytes = 6;
 struct Q1sView {
@@ -84,12 +86,26 @@ struct Q1sView {
   const uint8_t* base = nullptr;     ///< (rows·in/32) q1 tiles
   uint32_t count = 0;                ///< number of outliers
   const uint8_t* entries = nullptr;  ///< count × 6 bytes
+  bool ascending = true;             ///< flat indices strictly ascending (hence no duplicates)
   uint32_t index(uint32_t i) const noexcept { return load_le<uint32_t>(entries + 6 * uint64_t{i}); }
   float value(uint32_t i) const noexcept {
     return f16_to_f32(load_le<uint16_t>(entries + 6 * uint64_t{i} + 4));
   }
+  /// First entry whose flat index is ≥ e (count if none), by binary search: O(log count).
+  /// Only meaningful when `ascending`.
+  uint32_t lower_bound(uint64_t e) const noexcept {
+    uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      if (index(mid) < e)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo;
+  }
 };
-/// Parses a q1s payload: exact length, every flat index < rows·in.
+/// Parses a q1s payload: exact length, every flat index < rows·in; sets `ascending` (same pass).
 Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what);
 
 // ---------------------------------------------------------------------------------------------
