@@ -63,6 +63,16 @@ Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
       for (int j = 0; j < 6; ++j) p[2 + j] = static_cast<uint8_t>(((r >> (8 * j)) & 0xFF) % 243);
       p[8] = static_cast<uint8_t>((r >> 56) % 9);
     }
+  } else if (t == DType::VBit) {  // widths cycling 3,4,5,6,8 (mean 5.2 bits), random codes
+    constexpr uint8_t kW[5] = {3, 4, 5, 6, 8};
+    uint64_t packed = 0;
+    for (uint64_t r = 0; r < rows; ++r) packed += cols * kW[r % 5] / 8;
+    const uint64_t scales = rows, pk = rows + 2 * rows * (cols / 32);
+    cur.bytes.resize(pk + packed);
+    for (uint64_t r = 0; r < rows; ++r) cur.bytes[r] = kW[r % 5];
+    for (uint64_t i = scales; i < pk; i += 2)
+      cortiq::store_le<uint16_t>(cur.bytes.data() + i, cortiq::f32_to_f16(0.01f));
+    for (uint64_t i = pk; i < cur.bytes.size(); ++i) cur.bytes[i] = static_cast<uint8_t>(g());
   } else if (t == DType::Q1S) {  // random q1 base, 1% outliers (the encoder's default), ascending
     const uint64_t tb = cortiq::quant::kQ1TileBytes, base = rows * cols / 32 * tb, count = rows * cols / 100;
     cur.bytes.resize(base + 4 + 6 * count);
@@ -178,9 +188,9 @@ void BM_memread(benchmark::State& st, size_t threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  constexpr DType kTypes[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
-                              DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
-                              DType::Q2TP,  DType::Q1,      DType::Q1S,     DType::Q1T};
+  constexpr DType kTypes[] = {DType::F32,     DType::F16,     DType::BF16, DType::Q8Row, DType::Q8_2F,
+                              DType::Q4Block, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,  DType::Q1,
+                              DType::Q1S,     DType::Q1T,     DType::VBit};
   struct Shape {
     uint64_t rows, cols;
   };

@@ -110,7 +110,11 @@ TEST(Kernels, SimdTierSelectsTheKernel) {
     ScopedMatmulMode m(MatmulMode::Reference);
     EXPECT_STREQ(kernel_name(DType::Q8Row), "reference");
   }
-  EXPECT_STREQ(kernel_name(DType::VBit), "reference");  // no SIMD kernel in any tier
+  {
+    ScopedSimdTier st(SimdTier::Avx2);
+    EXPECT_STREQ(kernel_name(DType::VBit), "reference");  // vbit's kernel needs AVX-512 VBMI
+    EXPECT_STREQ(kernel_name(DType::U8), "reference");
+  }
 }
 
 // matmul_multi equals separate matmul calls bit for bit in every tier and mode, with dtypes that
@@ -122,7 +126,8 @@ TEST(Kernels, MatmulMultiEqualsSeparateMatmuls) {
   const auto b = make(DType::Q8_2F, 24, cols, randv(24 * cols, 12, 3.0f));
   const auto c = make(DType::Q4TP, 33, cols, randv(33 * cols, 13));
   const auto d = make(DType::F16, 17, cols, randv(17 * cols, 14));
-  const auto e = make(DType::VBit, 9, cols, randv(9 * cols, 15));  // reference-only dtype
+  // vbit: the reference in the AVX2 and scalar tiers, a per-product scratch view in AVX-512's
+  const auto e = make(DType::VBit, 9, cols, randv(9 * cols, 15));
   const std::vector<const WeightView*> ws{&a.view, &b.view, &c.view, &d.view, &e.view};
   ThreadPool pool(2);
   for (SimdTier t : {SimdTier::Avx512, SimdTier::Avx2, SimdTier::Scalar})

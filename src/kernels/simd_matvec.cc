@@ -68,6 +68,9 @@ bool simd_supported(DType t) noexcept {
     case DType::Q1S:  // q1 kernels + the outliers in f32; needs ascending indices (else the reference)
     case DType::Q1T:  // int8 path only with VBMI (simd_vbmi_ok), else the exact path in both modes
       return true;
+    case DType::VBit:  // bit-field unpacking with vpermb/vpmultishiftqb (VBMI)
+    case DType::VBitRo:
+      return simd_vbmi_ok();
     default:
       return false;
   }
@@ -213,8 +216,9 @@ struct Plan {
   const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;
-  quant::Q1tView q1t;  // q1t: base tiles, row_ptr, overlay entries
-  quant::Q1sView q1s;  // q1s: q1 base tiles at p, outlier entries (ascending)
+  quant::Q1tView q1t;                   // q1t: base tiles, row_ptr, overlay entries
+  quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries (ascending)
+  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -227,6 +231,63 @@ inline uint64_t prefetch_distance(const Plan& pl, int R) {
 
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// vbit / vbit_ro rows: 64 codes of width b are exactly 8·b bytes of the MSB-first bit stream (rows
+// start byte-aligned because in % 32 == 0). vpermb puts the b bytes of every 8 codes into one
+// qword, most significant first (a big-endian b-byte number), so code p of that qword sits at bit
+// b·(7 − p); vpmultishiftqb extracts it and a mask keeps b bits.
+
+struct VbTables {
+  std::array<std::array<uint8_t, 64>, 9> idx{}, ctrl{};
+};
+constexpr VbTables kVb = [] {
+  VbTables t;
+  for (uint32_t b = 3; b <= 8; ++b)
+    for (uint32_t j = 0; j < 64; ++j) {
+      const uint32_t q = j / 8, p = j % 8;
+      t.idx[b][j] = static_cast<uint8_t>(p < b ? q * b + (b - 1 - p) : 0);
+      t.ctrl[b][j] = static_cast<uint8_t>(b * (7 - p));
+    }
+  return t;
+}();
+
+/// Codes [64s, 64s + 64) of a vbit row of width b (u8, natural order; codes past `cols` are 0).
+CQ_AVX512_VBMI inline __m512i vb_codes(const uint8_t* row, uint64_t s, uint64_t cols, uint32_t b) {
+  const uint64_t n = std::min<uint64_t>(64, cols - 64 * s);  // 64 or 32 (cols % 32 == 0)
+  const __m512i raw = _mm512_maskz_loadu_epi8(mask64(n * b / 8), row + 8 * b * s);
+  const __m512i be = _mm512_permutexvar_epi8(_mm512_loadu_si512(kVb.idx[b].data()), raw);
+  const __m512i f = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(kVb.ctrl[b].data()), be);
+  return _mm512_maskz_and_epi64(n == 64 ? __mmask8(0xFF) : __mmask8(0x0F), f,
+                                _mm512_set1_epi8(static_cast<char>((1u << b) - 1u)));
+}
+
+/// The f16 scales of groups 2s and 2s+1 of row r, one per 8 lanes (group 2s+1 may not exist: 0).
+CQ_AVX512 inline __m512 vb_scales(const Plan& pl, uint64_t r, uint64_t s) {
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __mmask8 m = 2 * s + 1 < pl.gpr ? __mmask8(3) : __mmask8(1);
+  const __m128i h = _mm_maskz_loadu_epi16(m, pl.vb->scales + 2 * (r * pl.gpr + 2 * s));
+  return _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
+}
+
+/// Row r of a vbit tensor decoded to f32: (u − L)·scale with L = 2^(b−1) − 1, the same single
+/// product quant::decode_rows computes.
+CQ_AVX512_VBMI void decode_row_vbit(const Plan& pl, uint64_t r, float* out) {
+  const uint32_t b = pl.vb->width(r);
+  const __m512i L = _mm512_set1_epi32((1 << (b - 1)) - 1);
+  const uint8_t* row = pl.vb->row(r);
+  for (uint64_t s = 0; s * 64 < pl.cols; ++s) {
+    const __m512i u = vb_codes(row, s, pl.cols, b);
+    const __m128i part[4] = {_mm512_extracti32x4_epi32(u, 0), _mm512_extracti32x4_epi32(u, 1),
+                             _mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3)};
+    const uint64_t nq = std::min<uint64_t>(4, (pl.cols - 64 * s) / 16);
+    for (uint64_t q = 0; q < nq; ++q) {
+      const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(part[q]), L);
+      const __m512 sc = _mm512_set1_ps(pl.vb->scale(r, (64 * s + 16 * q) / 32));
+      _mm512_storeu_ps(out + 64 * s + 16 * q, _mm512_mul_ps(_mm512_cvtepi32_ps(c), sc));
+    }
+  }
 }
 
 /// Per-thread state of a block of ≤ kRowBlock rows.
@@ -526,6 +587,10 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       for (uint32_t e = pl.q1t.ptr(r); e < pl.q1t.ptr(r + 1); ++e) out[pl.q1t.col(e)] = pl.q1t.value(e);
       return;
     }
+    case DType::VBit:
+    case DType::VBitRo:
+      decode_row_vbit(pl, r, out);
+      return;
     case DType::Q1:
     case DType::Q1S:
       for (uint64_t g = 0; g < pl.gpr; ++g) {
@@ -651,6 +716,7 @@ CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const 
 
 /// Caller-thread scratch: q8_2f column field and quantized activations.
 struct CallScratch {
+  quant::VBitView vb;  // vbit / vbit_ro view (row offsets reused between calls)
   std::vector<float> col;
   std::vector<int8_t> xq;
   std::vector<float> d;
@@ -683,7 +749,8 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   // q1t: O(1) here; each row's overlay is checked when the row is decoded (decode_row), so a call
   // costs O(rows read), not O(rows + overlay) of the tensor. q1s: q1s_view below is the full check
   // (one pass over the outliers per call, which also tells whether they are ascending).
-  if (w.dtype != DType::Q1S)
+  // vbit: vbit_view_into below is the full check.
+  if (w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
     quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   pl.name = w.name;
   pl.t = w.dtype;
@@ -717,6 +784,15 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
       pl.fam = Fam::Q1;
       break;
+    case DType::VBit:
+    case DType::VBitRo: {
+      auto& cs = call_scratch(slot);
+      quant::vbit_view_into(cs.vb, pl.t, w.shape, w.payload, w.name);
+      pl.vb = &cs.vb;
+      pl.fam = Fam::Q1;  // natural order, bias −Σq (scaled by each row's L in tile_vbit)
+      pl.row_bytes = pl.rows ? cs.vb.row_off[pl.rows] / pl.rows : 0;  // mean row (prefetch unit)
+      break;
+    }
     default:
       break;
   }
@@ -1083,10 +1159,48 @@ void add_q1t_overlay(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, s
   }
 }
 
+/// vbit / vbit_ro: R rows × T tokens, 64 codes per superblock (vb_codes) against the natural-order
+/// activation (Fam::Q1, whose bias is −Σq per lane); each row's offset L = 2^(b−1) − 1 scales that
+/// bias, so every int32 lane is Σ (u − L)·q. Same per-output operation sequence for every R, T.
+template <int R, int T>
+CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t nsb = (pl.cols + 63) / 64, pfd = prefetch_distance(pl, R);
+  const uint8_t* rp[R];
+  uint32_t b[R];
+  __m512i L[R];
+  for (int k = 0; k < R; ++k) {
+    b[k] = pl.vb->width(rows[k]);
+    rp[k] = pl.vb->row(rows[k]);
+    L[k] = _mm512_set1_epi32((1 << (b[k] - 1)) - 1);
+  }
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    __m512i u[R];
+    __m512 sw[R];
+    for (int k = 0; k < R; ++k) {
+      prefetch(rp[k] + 8 * b[k] * s + pfd);
+      u[k] = vb_codes(rp[k], s, pl.cols, b[k]);
+      sw[k] = vb_scales(pl, rows[k], s);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k) {
+        const __m512i acc = _mm512_dpbusd_epi32(_mm512_mullo_epi32(bias, L[k]), u[k], xq);
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
+}
+
 /// Whether the int8 path of pl.t goes through the register-blocked tiles.
 bool tiled_int8(DType t) {
   return t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q4Tiled || t == DType::Q4Block ||
-         t == DType::Q4TP || t == DType::Q2TP || t == DType::Q1T;
+         t == DType::Q4TP || t == DType::Q2TP || t == DType::Q1T || t == DType::VBit || t == DType::VBitRo;
 }
 
 template <int R, int T>
@@ -1096,6 +1210,8 @@ CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* r
     tile_q8<R, T>(pl, rows, a, out);
   else if (pl.fam == Fam::Q1T)
     tile_q1t<R, T>(pl, rows, a, out);
+  else if (pl.t == DType::VBit || pl.t == DType::VBitRo)
+    tile_vbit<R, T>(pl, rows, a, out);
   else if (pl.fam == Fam::Q2)
     tile_q2<R, T>(pl, st, rows, li, a, out);
   else
@@ -1143,7 +1259,9 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
   // divides them, so no padded token is computed.
-  if (pl.fam == Fam::Q1T) {  // 5 digit planes per row: 2-row tiles keep the accumulators in registers
+  if (pl.fam == Fam::Q1T || pl.t == DType::VBit || pl.t == DType::VBitRo) {
+    // q1t: 5 digit planes per row, vbit: per-row widths and offsets — 2-row tiles keep the
+    // accumulators in registers
     if (n == 1)
       block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else if (n == 2)

@@ -19,10 +19,11 @@
 //    Error vs the exact product: |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254 (plus f32 rounding,
 //    ~1e-6 relative). q8_2f folds its column field into the activation first (x'_c = x_c·col_c,
 //    quantized per block; the bound then uses |ŵ_c|/col_c·absmax'_b/254). Used for q8_row, q8_2f,
-//    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1, q1s (its outliers added in f32) and q1t (with
-//    AVX512-VBMI; its sparse overlay is added in f32 against the unquantized activation, so only the ternary
-//    base carries the int8 error); f32/f16/bf16 (and every dtype whose int8 kernel is not implemented, e.g.
-//    q4_block with cols % 32 != 0, q1t without VBMI) take the exact path.
+//    q4_block (cols % 32 == 0), q4_tiled, q4tp, q2tp, q1, q1s (its outliers added in f32), vbit, vbit_ro
+//    (rows of any width 3–8 unpacked with VBMI vpermb + vpmultishiftqb) and q1t (with AVX512-VBMI; its sparse
+//    overlay is added in f32 against the unquantized activation, so only the ternary base carries the int8
+//    error); f32/f16/bf16 (and every dtype whose int8 kernel is not implemented, e.g. q4_block with cols % 32
+//    != 0, q1t without VBMI) take the exact path.
 //
 // Memory: every tile prefetches the same offsets one tile of rows (≥ 4 KiB) ahead — CMF rows are
 // short, and the hardware prefetchers neither ramp up inside one nor cross 4 KiB pages.
@@ -51,8 +52,9 @@ bool simd_cpu_ok() noexcept;
 bool simd_vbmi_ok() noexcept;
 
 /// Whether matvec_rows_simd / matmul_simd implement `t` on this CPU. True for f32, f16, bf16,
-/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s, q1t when simd_cpu_ok(); false otherwise
-/// (and for vbit, vbit_ro, u8 and the reserved ids — the caller uses the reference there). q1s
+/// q8_row, q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s, q1t when simd_cpu_ok(), and vbit /
+/// vbit_ro when simd_vbmi_ok(); false otherwise (and for u8 and the reserved ids — the caller uses
+/// the reference there). q1s
 /// runs here when its outlier indices are strictly ascending (as our encoder writes them; other
 /// orders go to the reference, which applies the overwrite semantics); q1t's int8 path needs
 /// simd_vbmi_ok() too, else it takes the exact path (rows decoded in registers + f32 dot).

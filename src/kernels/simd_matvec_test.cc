@@ -272,10 +272,47 @@ TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
   EXPECT_NE(0, std::memcmp(orig.data(), ref.data(), rows * 4));
 }
 
+// vbit rows carry their own width (3, 4, 5, 6 or 8 bits; the encoder picks it from the row's
+// magnitude): rows scaled 2^-6 … 2^6 get every width, each decoded by its own unpacking tables.
+TEST(Simd, VbitEveryWidth) {
+  if (!simd_supported(DType::VBit)) GTEST_SKIP() << "no AVX-512 VBMI";
+  const uint64_t rows = 26, cols = 160;  // 2 full 64-code superblocks and a 32-code tail
+  auto v = gaussian(rows * cols, 54);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r % 13) - 6);
+  for (DType t : {DType::VBit, DType::VBitRo}) {
+    SCOPED_TRACE(quant::dtype_name(t));
+    const Tensor w = make(t, rows, cols, v);
+    const quant::VBitView vb = quant::vbit_view(t, w.view.shape, w.bytes, "w");
+    std::vector<bool> seen(9, false);
+    for (uint64_t r = 0; r < rows; ++r) seen[vb.width(r)] = true;
+    for (uint32_t b : {3u, 4u, 5u, 6u, 8u}) EXPECT_TRUE(seen[b]) << "no row of width " << b;
+    const auto X = gaussian(3 * cols, 55);
+    for (Path p : {Path::Exact, Path::Int8}) {
+      check_matvec(w, 0, rows, X, p);
+      if (p == Path::Exact) {  // the exact path decodes exactly the reference's f32 weights
+        std::vector<float> one(cols, 0.0f), y(rows);
+        for (uint64_t c : {uint64_t{0}, uint64_t{77}, cols - 1}) {
+          one[c] = 1.0f;
+          matvec_rows_simd(w.view, 0, rows, one.data(), y.data(), serial_pool(), true);
+          for (uint64_t r = 0; r < rows; ++r) EXPECT_EQ(y[r], w.deq[r * cols + c]) << r << "," << c;
+          one[c] = 0.0f;
+        }
+      }
+      std::vector<float> Y(3 * rows), yi(rows);
+      matmul_simd(w.view, X.data(), 3, Y.data(), serial_pool(), p == Path::Exact);
+      for (size_t i = 0; i < 3; ++i) {
+        matvec_rows_simd(w.view, 0, rows, X.data() + i * cols, yi.data(), serial_pool(), p == Path::Exact);
+        EXPECT_EQ(0, std::memcmp(yi.data(), Y.data() + i * rows, rows * 4)) << "token " << i;
+      }
+    }
+  }
+}
+
 TEST(Simd, Errors) {
   if (!simd_cpu_ok()) GTEST_SKIP();
-  EXPECT_FALSE(simd_supported(DType::VBit));
-  EXPECT_FALSE(simd_supported(DType::VBitRo));
+  EXPECT_EQ(simd_supported(DType::VBit), simd_vbmi_ok());
+  EXPECT_EQ(simd_supported(DType::VBitRo), simd_vbmi_ok());
   EXPECT_FALSE(simd_supported(DType::U8));
   {  // a q1t base code byte that is not base-3 (≥ 243) is a Parse error, not a wrong product
     const Tensor q = make(DType::Q1T, 2, 64, gaussian(128, 44));
@@ -331,12 +368,28 @@ TEST(Simd, Errors) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Parse);
   }
-  const Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
+  const std::vector<uint8_t> raw(256, 1);
+  const WeightView u8{DType::U8, {4, 64}, raw, "u8"};
   try {
-    matvec_rows_simd(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
+    matvec_rows_simd(u8, 0, 1, x.data(), y.data(), serial_pool(), true);
     ADD_FAILURE() << "no throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+  }
+  if (simd_supported(DType::VBit)) {  // a row width outside {3,4,5,6,8} is a Parse error naming the row
+    const Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
+    std::vector<uint8_t> vb = v.bytes;
+    vb[2] = 7;  // row 2's width byte
+    const WeightView bv{DType::VBit, v.view.shape, vb, "vbit"};
+    for (bool exact : {true, false}) {
+      try {
+        matvec_rows_simd(bv, 0, 4, x.data(), y.data(), serial_pool(), exact);
+        ADD_FAILURE() << "no throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Parse);
+        EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
+      }
+    }
   }
 }
 

@@ -20,9 +20,9 @@ namespace cortiq::kernels::test {
 using quant::DType;
 
 /// Every dtype that has a SIMD kernel in some tier.
-inline constexpr DType kSimdDtypes[] = {DType::F32,   DType::F16,     DType::BF16,    DType::Q8Row,
-                                        DType::Q8_2F, DType::Q4Block, DType::Q4Tiled, DType::Q4TP,
-                                        DType::Q2TP,  DType::Q1,      DType::Q1S,     DType::Q1T};
+inline constexpr DType kSimdDtypes[] = {
+    DType::F32,  DType::F16,  DType::BF16, DType::Q8Row, DType::Q8_2F, DType::Q4Block, DType::Q4Tiled,
+    DType::Q4TP, DType::Q2TP, DType::Q1,   DType::Q1S,   DType::Q1T,   DType::VBit,    DType::VBitRo};
 
 /// Codecs whose encoder accepts any column count (the others need cols % 32 == 0).
 inline bool any_cols(DType t) {

@@ -36,10 +36,16 @@ void exact(std::string_view what, DType t, uint64_t want, size_t have) {
 
 VBitView vbit_view(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
                    std::string_view what) {
+  VBitView v;
+  vbit_view_into(v, t, shape, payload, what);
+  return v;
+}
+
+void vbit_view_into(VBitView& v, DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
+                    std::string_view what) {
   if (t != DType::VBit && t != DType::VBitRo)
     fail(ErrorKind::InvalidArgument, "vbit_view: dtype {}", dtype_name(t));
   const Matrix m = grouped_2d(t, shape, what);
-  VBitView v;
   v.rows = m.rows;
   v.in = m.in;
   const uint64_t scales_off = m.rows;
@@ -73,7 +79,6 @@ VBitView vbit_view(DType t, std::span<const uint64_t> shape, std::span<const uin
   if (t == DType::VBitRo && m.rows == 0 && load_le<uint32_t>(payload.data() + table_off) != 0)
     fail(ErrorKind::Parse, "tensor '{}': vbit_ro off[0] must be 0", what);
   exact(what, t, add(packed_off, off, what), payload.size());
-  return v;
 }
 
 Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what) {

@@ -60,6 +60,10 @@ struct VBitView {
 /// Parses a vbit (t == VBit) or vbit_ro (t == VBitRo) payload; exact length and offsets checked.
 VBitView vbit_view(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
                    std::string_view what);
+/// vbit_view into `out`, reusing the capacity of out.row_off (no allocation once it has rows + 1
+/// entries: for kernels that parse the tensor on every call). Same checks and errors.
+void vbit_view_into(VBitView& out, DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
+                    std::string_view what);
 /// Code k of a packed vbit row of width b (MSB-first bit stream).
 inline uint32_t vbit_code(const uint8_t* row, uint64_t k, uint32_t b) noexcept {
   uint64_t bit = k * b;
