@@ -10,7 +10,7 @@
 #   --work DIR        scratch dir for the checkpoint and .cmf files (default /tmp/cortiq-e2e-bench);
 #                     files already there are reused (delete the dir to regenerate)
 #   --out FILE        report (default bench/results/e2e-<date>.md)
-#   --quants LIST     comma-separated (default f16,q8,q8_2f,q4t,q4tp,q2tp,q1t)
+#   --quants LIST     comma-separated (default f16,q8,q8_2f,q4t,q4tp,q2tp,q1t,q1s,vbit)
 #   -p N -n N -r N -t LIST   passed to `cortiq bench` (defaults 512, 128, 3, 1,2)
 #   --exact           passed to `cortiq bench`
 #   --no-mmap         passed to `cortiq bench` (load into huge-page memory instead of mmap)
@@ -22,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CORTIQ="${CORTIQ:-}"
 WORK=/tmp/cortiq-e2e-bench
 OUT=""
-QUANTS="f16,q8,q8_2f,q4t,q4tp,q2tp,q1t"
+QUANTS="f16,q8,q8_2f,q4t,q4tp,q2tp,q1t,q1s,vbit"
 P=512 N=128 R=3 T=1,2
 EXACT=""
 NOMMAP=""

@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
         }
       }
   for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
-    for (DType t :
-         {DType::F16, DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4TP, DType::Q2TP, DType::Q1T})
+    for (DType t : {DType::F16, DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4TP, DType::Q2TP,
+                    DType::Q1, DType::Q1S, DType::Q1T, DType::VBit})
       for (bool exact : {true, false})
         for (size_t th : {1, 2}) {
           if (!cortiq::kernels::simd_supported(t)) continue;

@@ -630,16 +630,6 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
 // ---------------------------------------------------------------------------------------------
 // int8 path: vpdpbusd over 64-byte superblocks
 
-/// Σ over superblocks with the scale vector `sc(s)` (16 lanes) — shared accumulation shape.
-#define CQ_ACC(s, ival, scale)                                        \
-  do {                                                                \
-    const __m512 t_ = _mm512_mul_ps(_mm512_cvtepi32_ps(ival), scale); \
-    if ((s)&1)                                                        \
-      f1 = _mm512_add_ps(f1, t_);                                     \
-    else                                                              \
-      f0 = _mm512_add_ps(f0, t_);                                     \
-  } while (0)
-
 /// Lane → group-within-superblock shift amounts for 5-bit codes: NIB (4 lanes/group), Q2 (2).
 CQ_AVX512 inline __m512 ladder_scales(const float* lad, uint32_t bits_lo, uint32_t bits_hi, bool q2) {
   const __m512i sh = q2 ? _mm512_setr_epi32(0, 0, 5, 5, 10, 10, 15, 15, 0, 0, 5, 5, 10, 10, 15, 15)
@@ -651,32 +641,13 @@ CQ_AVX512 inline __m512 ladder_scales(const float* lad, uint32_t bits_lo, uint32
   return _mm512_permutex2var_ps(_mm512_loadu_ps(lad), idx, _mm512_loadu_ps(lad + 16));
 }
 
-CQ_AVX512 float dot_q1(const Plan& pl, uint64_t r, const QAct& a) {
-  const uint64_t gpr = pl.gpr, nsb = (gpr + 1) / 2;
-  const uint8_t* t = pl.p + quant::kQ1TileBytes * r * gpr;
-  const __m512i two = _mm512_set1_epi8(2);
-  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 f0 = _mm512_setzero_ps(), f1 = f0;
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const uint8_t* ta = t + 12 * s;
-    const bool both = 2 * s + 1 < gpr;
-    const uint64_t mb =
-        uint64_t{load_le<uint32_t>(ta + 2)} | (both ? uint64_t{load_le<uint32_t>(ta + 8)} << 32 : 0);
-    const uint32_t hs =
-        uint32_t{load_le<uint16_t>(ta)} | (both ? uint32_t{load_le<uint16_t>(ta + 6)} << 16 : 0);
-    const __m512 sw = _mm512_permutexvar_ps(
-        expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hs)))));
-    const __m512i acc =
-        _mm512_dpbusd_epi32(_mm512_loadu_si512(a.bias + 16 * s), _mm512_maskz_mov_epi8(mb, two),
-                            _mm512_loadu_si512(a.xq + 64 * s));
-    CQ_ACC(s, acc, _mm512_mul_ps(_mm512_loadu_ps(a.d + 16 * s), sw));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
-}
-
-/// int8 dot of the codecs without a tiled kernel (q1, q1s's base).
-CQ_AVX512 float row_int8(const Plan& pl, uint64_t r, const QAct& a) {
-  return pl.t == DType::Q1 || pl.t == DType::Q1S ? dot_q1(pl, r, a) : 0.0f;
+/// value − base of q1s entry e at column c of a row whose q1 tiles start at `tiles` (base = ±s: the
+/// sign bit of the tile's scale flipped when the bit is 0).
+CQ_AVX512 inline float q1s_delta(const quant::Q1sView& v, const uint8_t* tiles, uint32_t e, uint64_t c) {
+  const uint8_t* t = tiles + quant::kQ1TileBytes * (c / 32);
+  const uint32_t flip = (~(t[2 + (c % 32) / 8] >> (c % 8)) & 1u) << 31;
+  const float base = std::bit_cast<float>(std::bit_cast<uint32_t>(_cvtsh_ss(load_le<uint16_t>(t))) ^ flip);
+  return _cvtsh_ss(load_le<uint16_t>(v.entries + 6 * uint64_t{e} + 4)) - base;
 }
 
 /// q1s on the int8 path: Y[i·y_stride + j0 + k] += Σ_e (value_e − base_e)·X[i, c_e] over the outliers
@@ -684,6 +655,8 @@ CQ_AVX512 float row_int8(const Plan& pl, uint64_t r, const QAct& a) {
 /// (ascending) against the unquantized activation, then added once.
 CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, size_t n, float* y,
                                 size_t y_stride, uint64_t j0) {
+  thread_local std::vector<float> delta;  // batched calls: value − base of the row's outliers
+  thread_local std::vector<uint32_t> col;
   const quant::Q1sView& v = pl.q1s;
   uint32_t e0 = v.lower_bound(r0 * pl.cols);
   for (uint64_t k = 0; k < rc; ++k) {
@@ -691,21 +664,27 @@ CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const 
     const uint8_t* tiles = pl.p + quant::kQ1TileBytes * (r0 + k) * pl.gpr;
     uint32_t e1 = e0;
     while (e1 < v.count && v.index(e1) < row1) ++e1;
-    if (e1 == e0) continue;
-    for (size_t i = 0; i < n; ++i) {
-      const float* xi = x + i * pl.cols;
+    if (n == 1) {  // decode: one pass
       float acc = 0.0f;
       for (uint32_t e = e0; e < e1; ++e) {
         const uint64_t c = v.index(e) - row0;
-        const uint8_t* t = tiles + quant::kQ1TileBytes * (c / 32);
-        // base = +s when the bit is set, else −s: flip the sign bit of s branch-free
-        const uint32_t flip = (~(t[2 + (c % 32) / 8] >> (c % 8)) & 1u) << 31;
-        const float base =
-            std::bit_cast<float>(std::bit_cast<uint32_t>(_cvtsh_ss(load_le<uint16_t>(t))) ^ flip);
-        const float value = _cvtsh_ss(load_le<uint16_t>(v.entries + 6 * uint64_t{e} + 4));
-        acc += (value - base) * xi[c];
+        acc += q1s_delta(v, tiles, e, c) * x[c];
       }
-      y[i * y_stride + j0 + k] += acc;
+      y[j0 + k] += acc;
+    } else if (e1 > e0) {  // prefill: the deltas once, then every token (same sums as n == 1)
+      const size_t m = e1 - e0;
+      grow(delta, m);
+      grow(col, m);
+      for (size_t e = 0; e < m; ++e) {
+        col[e] = static_cast<uint32_t>(v.index(static_cast<uint32_t>(e0 + e)) - row0);
+        delta[e] = q1s_delta(v, tiles, static_cast<uint32_t>(e0 + e), col[e]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const float* xi = x + i * pl.cols;
+        float acc = 0.0f;
+        for (size_t e = 0; e < m; ++e) acc += delta[e] * xi[col[e]];
+        y[i * y_stride + j0 + k] += acc;
+      }
     }
     e0 = e1;
   }
@@ -1197,10 +1176,41 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
-/// Whether the int8 path of pl.t goes through the register-blocked tiles.
-bool tiled_int8(DType t) {
-  return t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q4Tiled || t == DType::Q4Block ||
-         t == DType::Q4TP || t == DType::Q2TP || t == DType::Q1T || t == DType::VBit || t == DType::VBitRo;
+/// q1 / q1s's base: R rows × T tokens over superblocks of 2 tiles (64 weights): u8 = 2·bit against
+/// the natural-order activation (Fam::Q1, bias −Σq), so every int32 lane is Σ (2·bit − 1)·q.
+template <int R, int T>
+CQ_AVX512 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t gpr = pl.gpr, nsb = (gpr + 1) / 2, pfd = prefetch_distance(pl, R);
+  const __m512i two = _mm512_set1_epi8(2);
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
+  for (uint64_t s = 0; s < nsb; ++s) {
+    const bool both = 2 * s + 1 < gpr;
+    __m512i u[R];
+    __m512 sw[R];
+    for (int k = 0; k < R; ++k) {
+      const uint8_t* ta = pl.p + quant::kQ1TileBytes * (rows[k] * gpr + 2 * s);
+      prefetch(ta + pfd);
+      const uint64_t mb =
+          uint64_t{load_le<uint32_t>(ta + 2)} | (both ? uint64_t{load_le<uint32_t>(ta + 8)} << 32 : 0);
+      const uint32_t hs =
+          uint32_t{load_le<uint16_t>(ta)} | (both ? uint32_t{load_le<uint16_t>(ta + 6)} << 16 : 0);
+      u[k] = _mm512_maskz_mov_epi8(mb, two);
+      sw[k] = _mm512_permutexvar_ps(
+          expand, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hs)))));
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      for (int k = 0; k < R; ++k)
+        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, u[k], xq)),
+                                  _mm512_mul_ps(d, sw[k]), f[k][t]);
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
 template <int R, int T>
@@ -1212,6 +1222,8 @@ CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* r
     tile_q1t<R, T>(pl, rows, a, out);
   else if (pl.t == DType::VBit || pl.t == DType::VBitRo)
     tile_vbit<R, T>(pl, rows, a, out);
+  else if (pl.fam == Fam::Q1)
+    tile_q1<R, T>(pl, rows, a, out);
   else if (pl.fam == Fam::Q2)
     tile_q2<R, T>(pl, st, rows, li, a, out);
   else
@@ -1254,7 +1266,8 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 
 /// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 4 rows × 4 tokens
 /// (matmul) / 8 rows (matvec); the nibble and 2-bit codecs 4 rows × 3 tokens / 4 rows (with the
-/// codec a template parameter nothing spills; 2-row tiles were 15–40% slower).
+/// codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the nibble
+/// codecs; q1t and vbit 4 rows (matvec) / 2 rows × 2–4 tokens.
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
@@ -1307,12 +1320,9 @@ void run_block(const Job& j, size_t b, BlockState& st) {
   const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, j.row_count - j0);
   const uint64_t r0 = j.row_begin + j0;
   if (is_tp) prep_tp(pl, r0, rc, st);
-  if (pl.int8 && tiled_int8(pl.t)) {
+  if (pl.int8) {
     block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
     if (pl.t == DType::Q1T) add_q1t_overlay(pl, r0, rc, x, n, y, y_stride, j0);
-  } else if (pl.int8) {
-    for (uint64_t k = 0; k < rc; ++k)
-      for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] = row_int8(pl, r0 + k, acts.at(i));
     if (pl.t == DType::Q1S) add_q1s_outliers(pl, r0, rc, x, n, y, y_stride, j0);
   } else if (floatw && n > 1) {
     constexpr int ER = 2, ET = 2;
