@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -216,8 +217,12 @@ struct Plan {
   const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;
-  quant::Q1tView q1t;                   // q1t: base tiles, row_ptr, overlay entries
-  quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries (ascending)
+  quant::Q1tView q1t;  // q1t: base tiles, row_ptr, overlay entries
+  quant::Q1sView q1s;  // q1s: q1 base tiles at p, outlier entries (order checked by the blocks)
+  // q1s entry problems the row blocks found (call scratch): bit 1 = not strictly ascending, bit 2 =
+  // an index ≥ rows·cols. Checked after the parallel run (finish_q1s).
+  std::atomic<int>* q1s_bad = nullptr;
+  const WeightView* w = nullptr;
   const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
@@ -603,8 +608,13 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       }
       if (pl.t == DType::Q1S)  // outliers replace the base values (ascending: one run per row)
         for (uint32_t e = pl.q1s.lower_bound(r * pl.cols);
-             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e)
+             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e) {
+          if (pl.q1s.index(e) < r * pl.cols) {  // not ascending: finish_q1s redoes the call
+            pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
+            break;
+          }
           out[pl.q1s.index(e) - r * pl.cols] = pl.q1s.value(e);
+        }
       return;
     default:
       return;
@@ -664,6 +674,11 @@ CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const 
     const uint8_t* tiles = pl.p + quant::kQ1TileBytes * (r0 + k) * pl.gpr;
     uint32_t e1 = e0;
     while (e1 < v.count && v.index(e1) < row1) ++e1;
+    for (uint32_t e = e0; e < e1; ++e)
+      if (v.index(e) < row0) {  // not ascending: finish_q1s redoes the call
+        pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
+        return;
+      }
     if (n == 1) {  // decode: one pass
       float acc = 0.0f;
       for (uint32_t e = e0; e < e1; ++e) {
@@ -695,7 +710,8 @@ CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const 
 
 /// Caller-thread scratch: q8_2f column field and quantized activations.
 struct CallScratch {
-  quant::VBitView vb;  // vbit / vbit_ro view (row offsets reused between calls)
+  std::atomic<int> q1s_bad{0};  // Plan::q1s_bad
+  quant::VBitView vb;           // vbit / vbit_ro view (row offsets reused between calls)
   std::vector<float> col;
   std::vector<int8_t> xq;
   std::vector<float> d;
@@ -732,6 +748,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   if (w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
     quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   pl.name = w.name;
+  pl.w = &w;
   pl.t = w.dtype;
   pl.rows = w.rows();
   pl.cols = w.cols();
@@ -759,10 +776,15 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     case DType::Q1:
       pl.fam = Fam::Q1;
       break;
-    case DType::Q1S:
-      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
+    case DType::Q1S: {
+      // O(1) here; the row blocks check the entries, a slice each (check_q1s_slice).
+      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name, /*check_entries=*/false);
+      auto& cs = call_scratch(slot);
+      cs.q1s_bad.store(0);
+      pl.q1s_bad = &cs.q1s_bad;
       pl.fam = Fam::Q1;
       break;
+    }
     case DType::VBit:
     case DType::VBitRo: {
       auto& cs = call_scratch(slot);
@@ -811,9 +833,6 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   }
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
-  // Unordered (or duplicate) q1s indices are legal but leave no per-row run to find: the reference
-  // decodes them with overwrite semantics.
-  if (pl.t == DType::Q1S && !pl.q1s.ascending) return false;
   pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 &&
             (pl.t != DType::Q1T || simd_vbmi_ok());
   if (pl.t == DType::Q8_2F) {
@@ -1308,9 +1327,26 @@ struct Job {
   uint64_t nblocks() const { return (row_count + kRowBlock - 1) / kRowBlock; }
 };
 
+/// q1s: block b of nb checks entries [b·per, (b+1)·per] (each slice overlaps the next by one, so
+/// every adjacent pair is compared once): index < rows·cols and strictly ascending; problems go to
+/// pl.q1s_bad. O(count / nb) per block — the tensor's entries are read once per call in all.
+void check_q1s_slice(const Plan& pl, uint64_t b, uint64_t nb) {
+  const quant::Q1sView& v = pl.q1s;
+  const uint64_t per = (uint64_t{v.count} + nb - 1) / nb, n = pl.rows * pl.cols;
+  const uint64_t lo = std::min<uint64_t>(v.count, b * per), hi = std::min<uint64_t>(v.count, lo + per + 1);
+  int bad = 0;
+  for (uint64_t e = lo; e < hi; ++e) {
+    const uint32_t idx = v.index(static_cast<uint32_t>(e));
+    if (idx >= n) bad |= 2;
+    if (e > lo && idx <= v.index(static_cast<uint32_t>(e - 1))) bad |= 1;
+  }
+  if (bad) pl.q1s_bad->fetch_or(bad, std::memory_order_relaxed);
+}
+
 /// Block b (rows row_begin + 16b …) of job j, on the calling thread.
 void run_block(const Job& j, size_t b, BlockState& st) {
   const Plan& pl = *j.pl;
+  if (pl.t == DType::Q1S) check_q1s_slice(pl, b, j.nblocks());
   const ActSet& acts = j.acts;
   const float* x = j.x;
   const size_t n = j.n, y_stride = j.y_stride;
@@ -1371,12 +1407,29 @@ void run(std::span<const Job> jobs, ThreadPool& pool) {
   });
 }
 
+/// After a run: a q1s job whose blocks found an index ≥ rows·cols throws the layout's Parse error
+/// (quant::q1s_view with the full check names the entry); one whose indices are not strictly
+/// ascending (legal: later duplicates win) is recomputed by the reference, which applies the
+/// overwrite semantics — the kernels' binary search needs the order.
+void finish_q1s(const Job& j, ThreadPool& pool) {
+  const Plan& pl = *j.pl;
+  if (pl.t != DType::Q1S) return;
+  const int bad = pl.q1s_bad->load();
+  if (bad & 2) (void)quant::q1s_view(pl.w->shape, pl.w->payload, pl.name);
+  if (bad == 0) return;
+  if (j.n == 1)
+    matvec_rows_ref(*pl.w, j.row_begin, j.row_count, j.x, j.y, pool);
+  else
+    matmul_ref(*pl.w, j.x, j.n, j.y, pool);  // batched jobs cover every row (y_stride = rows)
+}
+
 /// Y[i·y_stride + j] = row (row_begin + j) · X[i] for j < row_count, i < n.
 void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
          size_t y_stride, ThreadPool& pool) {
   Job j{&pl, row_begin, row_count, x, n, y, y_stride, {}};
   if (pl.int8) j.acts = quantize_all(pl, x, n);
   run(std::span<const Job>(&j, 1), pool);
+  finish_q1s(j, pool);
 }
 
 }  // namespace
@@ -1423,6 +1476,7 @@ void matmul_multi_simd(std::span<const WeightView* const> ws, const float* x, si
     ++nj;
   }
   run(std::span<const Job>(jobs.data(), nj), pool);
+  for (size_t i = 0; i < nj; ++i) finish_q1s(jobs[i], pool);
 }
 
 }  // namespace cortiq::kernels

@@ -270,6 +270,28 @@ TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
   std::vector<float> orig(rows);
   matvec_rows_ref(w.view, 0, rows, x.data(), orig.data(), serial_pool());
   EXPECT_NE(0, std::memcmp(orig.data(), ref.data(), rows * 4));
+  // the kernels check the entries in their row blocks (a slice each): an index past the tensor is a
+  // Parse error for any thread count, row range and batch
+  std::vector<uint8_t> oob = w.bytes;
+  store_le<uint32_t>(oob.data() + oob.size() - 6, static_cast<uint32_t>(rows * cols));  // last entry
+  const WeightView ov{DType::Q1S, w.view.shape, oob, "w"};
+  const auto X = gaussian(3 * cols, 56);
+  std::vector<float> Y(3 * rows);
+  for (size_t th : {1, 2, 3})
+    for (bool exact : {true, false})
+      for (size_t n : {size_t{1}, size_t{3}}) {
+        ThreadPool pool(th);
+        try {
+          if (n == 1)
+            matvec_rows_simd(ov, 1, rows - 1, X.data(), Y.data(), pool, exact);
+          else
+            matmul_simd(ov, X.data(), n, Y.data(), pool, exact);
+          ADD_FAILURE() << "no throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Parse);
+          EXPECT_NE(std::string(e.what()).find("flat index"), std::string::npos) << e.what();
+        }
+      }
 }
 
 // vbit rows carry their own width (3, 4, 5, 6 or 8 bits; the encoder picks it from the row's

@@ -110,7 +110,11 @@ struct Q1sView {
   }
 };
 /// Parses a q1s payload: exact length, every flat index < rows·in; sets `ascending` (same pass).
-Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what);
+/// `check_entries = false` does only the O(1) part (shape, exact length from the count) and leaves
+/// `ascending` true unverified: the caller must then check every entry (index < rows·in, strict
+/// order) itself before trusting a binary search — the SIMD kernels do, spread over their row blocks.
+Q1sView q1s_view(std::span<const uint64_t> shape, std::span<const uint8_t> payload, std::string_view what,
+                 bool check_entries = true);
 
 // ---------------------------------------------------------------------------------------------
 // q1t (14): per 32-group tile [f16 scale][7 bytes codes] (9 bytes); code k is base-3 digit (k mod 5)
