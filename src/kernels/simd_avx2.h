@@ -52,8 +52,9 @@ namespace cortiq::kernels {
 bool avx2_cpu_ok() noexcept;
 
 /// Whether matvec_rows_avx2 / matmul_avx2 implement `t` on this CPU: true for f32, f16, bf16, q8_row,
-/// q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1t when avx2_cpu_ok(); false otherwise (and for vbit,
-/// vbit_ro, q1s, u8 and the reserved ids — the caller uses the reference there).
+/// q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s (exact path; unordered outliers go through
+/// quant::decode_rows), q1t when avx2_cpu_ok(); false otherwise (and for vbit, vbit_ro — their
+/// unpacking needs AVX-512 VBMI —, u8 and the reserved ids: the caller uses the reference there).
 bool avx2_supported(quant::DType t) noexcept;
 
 /// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]` row-major (w.rows(), w.cols()),
