@@ -91,10 +91,11 @@ using simd_detail::kRowBlock;
 /// per superblock with `16/(sb/32)` lanes per 32-block; each lane carries the integer bias −K·Σq that undoes
 /// the unsigned weight offset.
 enum class Fam : uint8_t {
-  Q8,   // natural order, 64 cols (2 blocks); weights s8 xor 0x80 → u8 = w + 128, K = 128
-  Q1,   // natural order, 64 cols; u8 = 2·bit, w = 2·bit − 1, K = 1
-  NIB,  // 128 cols (4 blocks): [evens of b0..b3 | odds of b0..b3]; u8 = nibble, K = 8
-  Q2,   // 256 cols (8 blocks): plane j = elements 4k+j of each block; u8 = 2·code, K = 3, d·0.5
+  Q8,    // natural order, 64 cols (2 blocks); weights s8 xor 0x80 → u8 = w + 128, K = 128
+  Q1,    // natural order, 64 cols; u8 = 2·bit, w = 2·bit − 1, K = 1
+  NIB,   // 128 cols (4 blocks): [evens of b0..b3 | odds of b0..b3]; u8 = nibble, K = 8
+  NIBV,  // the NIB layout with K = 1: vbit codes, whose offset L varies per row (tile_vbit scales the bias)
+  Q2,    // 256 cols (8 blocks): plane j = elements 4k+j of each block; u8 = 2·code, K = 3, d·0.5
   // 256 cols (8 q1t groups) in 5 planes of 64 bytes: plane p, bytes 8g..8g+7 = elements 5j+p
   // (j = 0..6, zero where 5j+p ≥ 32, byte 7 zero) of group g — the base-3 digit p of code byte j;
   // u8 = ternary value + 1 ∈ {0, 1, 2}, K = 1. Two lanes per group.
@@ -103,14 +104,14 @@ enum class Fam : uint8_t {
 
 /// Columns per superblock.
 constexpr uint64_t fam_sb(Fam f) {
-  return f == Fam::NIB ? 128 : f == Fam::Q2 || f == Fam::Q1T ? 256 : 64;
+  return f == Fam::NIB || f == Fam::NIBV ? 128 : f == Fam::Q2 || f == Fam::Q1T ? 256 : 64;
 }
 /// Bytes of quantized activation per superblock (the columns, plus q1t's padding).
 constexpr uint64_t fam_xq_sb(Fam f) {
   return f == Fam::Q1T ? 5 * 64 : fam_sb(f);
 }
 constexpr int32_t fam_k(Fam f) {
-  return f == Fam::Q8 ? 128 : f == Fam::Q1 || f == Fam::Q1T ? 1 : f == Fam::NIB ? 8 : 3;
+  return f == Fam::Q8 ? 128 : f == Fam::Q1 || f == Fam::Q1T || f == Fam::NIBV ? 1 : f == Fam::NIB ? 8 : 3;
 }
 
 /// One quantized activation vector (pointers into scratch).
@@ -167,7 +168,8 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
           _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0), _mm512_cvtsepi32_epi8(q0));
           _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0 + 16), _mm512_cvtsepi32_epi8(q1));
           break;
-        case Fam::NIB: {
+        case Fam::NIB:
+        case Fam::NIBV: {
           int8_t* base = xq + s * 128 + 16 * j;
           _mm_storeu_si128(reinterpret_cast<__m128i*>(base),
                            _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, even, q1)));
@@ -266,14 +268,6 @@ CQ_AVX512_VBMI inline __m512i vb_codes(const uint8_t* row, uint64_t s, uint64_t 
   const __m512i f = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(kVb.ctrl[b].data()), be);
   return _mm512_maskz_and_epi64(n == 64 ? __mmask8(0xFF) : __mmask8(0x0F), f,
                                 _mm512_set1_epi8(static_cast<char>((1u << b) - 1u)));
-}
-
-/// The f16 scales of groups 2s and 2s+1 of row r, one per 8 lanes (group 2s+1 may not exist: 0).
-CQ_AVX512 inline __m512 vb_scales(const Plan& pl, uint64_t r, uint64_t s) {
-  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __mmask8 m = 2 * s + 1 < pl.gpr ? __mmask8(3) : __mmask8(1);
-  const __m128i h = _mm_maskz_loadu_epi16(m, pl.vb->scales + 2 * (r * pl.gpr + 2 * s));
-  return _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
 }
 
 /// Row r of a vbit tensor decoded to f32: (u − L)·scale with L = 2^(b−1) − 1, the same single
@@ -790,7 +784,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       auto& cs = call_scratch(slot);
       quant::vbit_view_into(cs.vb, pl.t, w.shape, w.payload, w.name);
       pl.vb = &cs.vb;
-      pl.fam = Fam::Q1;  // natural order, bias −Σq (scaled by each row's L in tile_vbit)
+      pl.fam = Fam::NIBV;  // bias −Σq, scaled by each row's L in tile_vbit
       pl.row_bytes = pl.rows ? cs.vb.row_off[pl.rows] / pl.rows : 0;  // mean row (prefetch unit)
       break;
     }
@@ -1157,12 +1151,26 @@ void add_q1t_overlay(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, s
   }
 }
 
-/// vbit / vbit_ro: R rows × T tokens, 64 codes per superblock (vb_codes) against the natural-order
-/// activation (Fam::Q1, whose bias is −Σq per lane); each row's offset L = 2^(b−1) − 1 scales that
-/// bias, so every int32 lane is Σ (u − L)·q. Same per-output operation sequence for every R, T.
+/// vpermi2b indices that split 128 natural-order codes (two registers) into the NIB layout: per
+/// 32-code group j, its 16 even codes at 16j.. of the first result and its 16 odd codes at 16j.. of
+/// the second.
+constexpr std::array<std::array<uint8_t, 64>, 2> kVbSplit = [] {
+  std::array<std::array<uint8_t, 64>, 2> a{};
+  for (uint32_t h = 0; h < 2; ++h)
+    for (uint32_t j = 0; j < 4; ++j)
+      for (uint32_t i = 0; i < 16; ++i) a[h][16 * j + i] = static_cast<uint8_t>(32 * j + 2 * i + h);
+  return a;
+}();
+
+/// vbit / vbit_ro: R rows × T tokens over 128-code superblocks (4 groups): vb_codes twice, then the
+/// codes are split into the NIB activation layout (Fam::NIBV, bias −Σq) so both halves accumulate in
+/// the same lanes and one scale vector serves 128 weights; each row's offset L = 2^(b−1) − 1 scales
+/// the bias, so every int32 lane is Σ (u − L)·q. Same per-output operation sequence for every R, T.
 template <int R, int T>
 CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
-  const uint64_t nsb = (pl.cols + 63) / 64, pfd = prefetch_distance(pl, R);
+  const uint64_t cols = pl.cols, nsb = (cols + 127) / 128, pfd = prefetch_distance(pl, R);
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i even = _mm512_loadu_si512(kVbSplit[0].data()), odd = _mm512_loadu_si512(kVbSplit[1].data());
   const uint8_t* rp[R];
   uint32_t b[R];
   __m512i L[R];
@@ -1175,18 +1183,28 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
   for (uint64_t s = 0; s < nsb; ++s) {
-    __m512i u[R];
+    const bool second = 128 * s + 64 < cols;  // cols % 32 == 0: the second half may be absent
+    const uint64_t ng = std::min<uint64_t>(4, (cols - 128 * s) / 32);
+    __m512i ue[R], uo[R];
     __m512 sw[R];
     for (int k = 0; k < R; ++k) {
-      prefetch(rp[k] + 8 * b[k] * s + pfd);
-      u[k] = vb_codes(rp[k], s, pl.cols, b[k]);
-      sw[k] = vb_scales(pl, rows[k], s);
+      prefetch(rp[k] + 16 * b[k] * s + pfd);
+      const __m512i u0 = vb_codes(rp[k], 2 * s, cols, b[k]);
+      const __m512i u1 = second ? vb_codes(rp[k], 2 * s + 1, cols, b[k]) : _mm512_setzero_si512();
+      ue[k] = _mm512_permutex2var_epi8(u0, even, u1);
+      uo[k] = _mm512_permutex2var_epi8(u0, odd, u1);
+      const __m128i h = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u),
+                                              pl.vb->scales + 2 * (rows[k] * pl.gpr + 4 * s));
+      sw[k] = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+      const __m512i x0 = _mm512_loadu_si512(a[t].xq + 128 * s),
+                    x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
       const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
       for (int k = 0; k < R; ++k) {
-        const __m512i acc = _mm512_dpbusd_epi32(_mm512_mullo_epi32(bias, L[k]), u[k], xq);
+        const __m512i acc =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_mullo_epi32(bias, L[k]), ue[k], x0), uo[k], x1);
         f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
       }
     }
@@ -1286,14 +1304,12 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 /// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 4 rows × 4 tokens
 /// (matmul) / 8 rows (matvec); the nibble and 2-bit codecs 4 rows × 3 tokens / 4 rows (with the
 /// codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the nibble
-/// codecs; q1t and vbit 4 rows (matvec) / 2 rows × 2–4 tokens.
+/// codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens.
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
   // divides them, so no padded token is computed.
-  if (pl.fam == Fam::Q1T || pl.t == DType::VBit || pl.t == DType::VBitRo) {
-    // q1t: 5 digit planes per row, vbit: per-row widths and offsets — 2-row tiles keep the
-    // accumulators in registers
+  if (pl.fam == Fam::Q1T) {  // 5 digit planes per row: 2-row tiles keep the accumulators in registers
     if (n == 1)
       block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else if (n == 2)
