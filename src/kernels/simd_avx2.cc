@@ -421,10 +421,8 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
           _mm256_storeu_ps(out + 32 * g + 8 * j, _mm256_blendv_ps(ns, ps, set));
         }
       }
-      if (pl.t == DType::Q1S)  // outliers replace the base values
-        for (uint32_t e = pl.q1s.lower_bound(r * pl.cols);
-             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e)
-          out[pl.q1s.index(e) - r * pl.cols] = pl.q1s.value(e);
+      if (pl.t == DType::Q1S)  // outliers replace the base values (order checked by q1s_view)
+        pl.q1s.overwrite_run(r * pl.cols, (r + 1) * pl.cols, out);
       return;
     }
     default:

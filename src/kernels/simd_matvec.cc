@@ -600,15 +600,9 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
         _mm512_storeu_ps(out + 32 * g, _mm512_mask_blend_ps(static_cast<__mmask16>(bits & 0xFFFF), ns, ps));
         _mm512_storeu_ps(out + 32 * g + 16, _mm512_mask_blend_ps(static_cast<__mmask16>(bits >> 16), ns, ps));
       }
-      if (pl.t == DType::Q1S)  // outliers replace the base values (ascending: one run per row)
-        for (uint32_t e = pl.q1s.lower_bound(r * pl.cols);
-             e < pl.q1s.count && pl.q1s.index(e) < (r + 1) * pl.cols; ++e) {
-          if (pl.q1s.index(e) < r * pl.cols) {  // not ascending: finish_q1s redoes the call
-            pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
-            break;
-          }
-          out[pl.q1s.index(e) - r * pl.cols] = pl.q1s.value(e);
-        }
+      // outliers replace the base values; an entry out of order → finish_q1s redoes the call
+      if (pl.t == DType::Q1S && !pl.q1s.overwrite_run(r * pl.cols, (r + 1) * pl.cols, out))
+        pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
       return;
     default:
       return;
@@ -667,9 +661,8 @@ CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const 
     const uint64_t row0 = (r0 + k) * pl.cols, row1 = row0 + pl.cols;
     const uint8_t* tiles = pl.p + quant::kQ1TileBytes * (r0 + k) * pl.gpr;
     uint32_t e1 = e0;
-    while (e1 < v.count && v.index(e1) < row1) ++e1;
-    for (uint32_t e = e0; e < e1; ++e)
-      if (v.index(e) < row0) {  // not ascending: finish_q1s redoes the call
+    for (; e1 < v.count && v.index(e1) < row1; ++e1)
+      if (v.index(e1) < row0) {  // not ascending: finish_q1s redoes the call
         pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
         return;
       }

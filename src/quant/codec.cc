@@ -651,8 +651,7 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
       const Q1sView v = q1s_view(shape, payload, what);
       for (uint64_t e = e0; e < e1; ++e) out[e - e0] = flat_elem(DType::Q1, v.base, n / kGroup, e);
       if (v.ascending) {  // the entries of [e0, e1) are one run
-        for (uint32_t i = v.lower_bound(e0); i < v.count && v.index(i) < e1; ++i)
-          out[v.index(i) - e0] = v.value(i);
+        v.overwrite_run(e0, e1, out.data());
         return;
       }
       for (uint32_t i = 0; i < v.count; ++i)

@@ -108,6 +108,16 @@ struct Q1sView {
     }
     return lo;
   }
+  /// Writes the outliers of flat range [e0, e1) at out[index − e0] (out covers the range), the run
+  /// found by binary search — for `ascending` views. Returns false (out partly written) when an
+  /// entry of the run lies below e0, which only a view whose order was not checked can show.
+  bool overwrite_run(uint64_t e0, uint64_t e1, float* out) const noexcept {
+    for (uint32_t i = lower_bound(e0); i < count && index(i) < e1; ++i) {
+      if (index(i) < e0) return false;
+      out[index(i) - e0] = value(i);
+    }
+    return true;
+  }
 };
 /// Parses a q1s payload: exact length, every flat index < rows·in; sets `ascending` (same pass).
 /// `check_entries = false` does only the O(1) part (shape, exact length from the count) and leaves
