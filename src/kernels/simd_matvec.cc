@@ -292,9 +292,12 @@ CQ_AVX512_VBMI void decode_row_vbit(const Plan& pl, uint64_t r, float* out) {
 /// Per-thread state of a block of ≤ kRowBlock rows.
 struct BlockState {
   float lad[kRowBlock][32];
-  std::vector<uint8_t> codes;  // kRowBlock × (code_row_bytes + 8), zero padded
-  uint64_t code_stride = 0;
-  std::vector<float> rowbuf;  // decoded rows (exact path)
+  // q4tp/q2tp group scales of the block's rows: gsc[i·gsc_stride + g] = lad[i][code of tile g]
+  // (gsc_stride = gpr rounded up to 16; the padding is zero).
+  std::vector<float> gsc;
+  uint64_t gsc_stride = 0;
+  std::vector<uint8_t> codes;  // zero-padded copy of a code row the 8-byte reads would overrun
+  std::vector<float> rowbuf;   // decoded rows (exact path)
 };
 BlockState& block_state() {
   thread_local BlockState s;
@@ -326,7 +329,7 @@ CQ_AVX512 void transpose16(const __m512* in, float* out, size_t stride) {
   }
 }
 
-/// Ladders and padded code rows of rows [r0, r0+n) (q4tp/q2tp), as quant::q4tp_ladder /
+/// Ladders and code rows of rows [r0, r0+n) (q4tp/q2tp); the ladders as quant::q4tp_ladder /
 /// q2tp_ladder compute them: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32. The
 /// 16 rows' chains run in the 16 lanes of one vector (same f32 products), then are transposed.
 CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) {
@@ -355,13 +358,35 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) 
   }
   transpose16(lad, &st.lad[0][0], 32);
   transpose16(lad + 16, &st.lad[0][16], 32);
-  const uint64_t crb = pl.tp.code_row_bytes;
-  st.code_stride = crb + 8;
-  if (st.codes.size() < kRowBlock * st.code_stride) st.codes.resize(kRowBlock * st.code_stride);
+  // Group scales, 16 tiles per step: the 8 codes of tiles 8j..8j+7 are the 40 bits at byte 5j of the
+  // code row (an 8-byte read; a row whose read would pass the payload's end is copied zero-padded).
+  const uint64_t gpr = pl.gpr, crb = pl.tp.code_row_bytes, n8 = (gpr + 7) / 8;
+  st.gsc_stride = (gpr + 15) / 16 * 16;
+  grow(st.gsc, kRowBlock * st.gsc_stride);
+  const uint8_t* end = pl.w->payload.data() + pl.w->payload.size();
+  const __m512i sh = _mm512_setr_epi64(0, 5, 10, 15, 20, 25, 30, 35), m31 = _mm512_set1_epi64(31);
   for (uint64_t i = 0; i < n; ++i) {
-    uint8_t* dst = st.codes.data() + i * st.code_stride;
-    std::memcpy(dst, pl.tp.row_codes(r0 + i), crb);
-    std::memset(dst + crb, 0, 8);
+    const uint8_t* cr = pl.tp.row_codes(r0 + i);
+    if (static_cast<uint64_t>(end - cr) < 5 * (n8 - 1) + 8) {
+      grow(st.codes, crb + 8);
+      std::memcpy(st.codes.data(), cr, crb);
+      std::memset(st.codes.data() + crb, 0, 8);
+      cr = st.codes.data();
+    }
+    const __m512 l0 = _mm512_loadu_ps(st.lad[i]), l1 = _mm512_loadu_ps(st.lad[i] + 16);
+    float* out = st.gsc.data() + i * st.gsc_stride;
+    for (uint64_t g = 0; g < gpr; g += 16) {
+      uint64_t b0, b1 = 0;
+      std::memcpy(&b0, cr + 5 * (g / 8), 8);
+      if (g + 8 < gpr) std::memcpy(&b1, cr + 5 * (g / 8) + 5, 8);
+      const __m256i i0 = _mm512_cvtepi64_epi32(
+          _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(b0)), sh), m31));
+      const __m256i i1 = _mm512_cvtepi64_epi32(
+          _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(b1)), sh), m31));
+      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1);
+      // tiles past gpr (the next row's codes, or the padding) get scale 0
+      _mm512_storeu_ps(out + g, _mm512_maskz_permutex2var_ps(mask16(gpr - g), l0, idx, l1));
+    }
   }
 }
 
@@ -532,19 +557,18 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       return;
     case DType::Q4TP: {
       const uint8_t* w = pl.tp.row_weights(r);
-      const uint8_t* cr = st.codes.data() + i * st.code_stride;
-      for (uint64_t g = 0; g < pl.gpr; ++g)
-        dec_nib32(w + 16 * g, st.lad[i][quant::q4tp_code(cr, g)], out + 32 * g);
+      const float* gs = st.gsc.data() + i * st.gsc_stride;
+      for (uint64_t g = 0; g < pl.gpr; ++g) dec_nib32(w + 16 * g, gs[g], out + 32 * g);
       return;
     }
     case DType::Q2TP: {
       const uint8_t* w = pl.tp.row_weights(r);
-      const uint8_t* cr = st.codes.data() + i * st.code_stride;
+      const float* gs = st.gsc.data() + i * st.gsc_stride;
       const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
       const __m512i three = _mm512_set1_epi32(3);
       const __m512 h = _mm512_set1_ps(1.5f);
       for (uint64_t g = 0; g < pl.gpr; ++g) {
-        const __m512 s = _mm512_set1_ps(st.lad[i][quant::q4tp_code(cr, g)]);
+        const __m512 s = _mm512_set1_ps(gs[g]);
         for (int half = 0; half < 2; ++half) {
           const __m512i v = _mm512_set1_epi32(static_cast<int>(load_le<uint32_t>(w + 8 * g + 4 * half)));
           const __m512i c2 = _mm512_and_si512(_mm512_srlv_epi32(v, sh), three);
@@ -627,17 +651,6 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
 
 // ---------------------------------------------------------------------------------------------
 // int8 path: vpdpbusd over 64-byte superblocks
-
-/// Lane → group-within-superblock shift amounts for 5-bit codes: NIB (4 lanes/group), Q2 (2).
-CQ_AVX512 inline __m512 ladder_scales(const float* lad, uint32_t bits_lo, uint32_t bits_hi, bool q2) {
-  const __m512i sh = q2 ? _mm512_setr_epi32(0, 0, 5, 5, 10, 10, 15, 15, 0, 0, 5, 5, 10, 10, 15, 15)
-                        : _mm512_setr_epi32(0, 0, 0, 0, 5, 5, 5, 5, 10, 10, 10, 10, 15, 15, 15, 15);
-  const __m512i v = q2 ? _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(bits_lo)),
-                                                 _mm512_set1_epi32(static_cast<int>(bits_hi)))
-                       : _mm512_set1_epi32(static_cast<int>(bits_lo));
-  const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), _mm512_set1_epi32(31));
-  return _mm512_permutex2var_ps(_mm512_loadu_ps(lad), idx, _mm512_loadu_ps(lad + 16));
-}
 
 /// value − base of q1s entry e at column c of a row whose q1 tiles start at `tiles` (base = ±s: the
 /// sign bit of the tile's scale flipped when the bit is 0).
@@ -890,14 +903,12 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
     const __m128i hs = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u), pl.scales + 2 * fg);
     sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(hs)));
   } else {  // Q4TP
-    const uint8_t* cr = st.codes.data() + i * st.code_stride;
     const uint8_t* wp = pl.tp.row_weights(r) + 16 * g0;
     prefetch(wp + pfd);
     v = ng == 4 ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(mask64(16 * ng), wp);
-    uint32_t bits;
-    std::memcpy(&bits, cr + (20 * s) / 8, 4);
-    bits >>= (20 * s) % 8;
-    sw = ladder_scales(st.lad[i], bits, bits, false);  // 4 groups = 20 bits
+    // group scales from prep_tp (zero-padded to a multiple of 16, so the 4 floats always exist)
+    sw = _mm512_permutexvar_ps(expand,
+                               _mm512_castps128_ps512(_mm_loadu_ps(st.gsc.data() + i * st.gsc_stride + g0)));
   }
 }
 
@@ -908,31 +919,37 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
 // matmul (T > 1) results are bit-identical. rows[k]: tensor row, li[k]: block-local index,
 // out[k·T + t]: Σ for row k and token t.
 
+/// One Q8-family superblock s (64 columns) of R rows × T tokens (see tile_q8). Full: all 64 columns
+/// exist (the hot loop: plain loads, no mask).
+template <bool Full, int R, int T>
+CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s, uint64_t cols, uint64_t pfd,
+                              __m512 (&f)[R][T]) {
+  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i wv[R];
+  for (int k = 0; k < R; ++k) prefetch(w[k] + 64 * s + pfd);
+  for (int k = 0; k < R; ++k)
+    wv[k] = _mm512_xor_si512(Full ? _mm512_loadu_si512(w[k] + 64 * s)
+                                  : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w[k] + 64 * s),
+                             x80);
+  for (int t = 0; t < T; ++t) {
+    const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+    const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+    for (int k = 0; k < R; ++k)
+      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv[k], xq)), d, f[k][t]);
+  }
+}
+
 template <int R, int T>
 CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
-  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  const uint64_t cols = pl.cols, nsb = (cols + 63) / 64;
+  const uint64_t cols = pl.cols, nsb = (cols + 63) / 64, nfull = cols / 64;
   const int8_t* w[R];
   for (int k = 0; k < R; ++k) w[k] = reinterpret_cast<const int8_t*>(pl.p + rows[k] * cols);
   const uint64_t pfd = prefetch_distance(pl, R);
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const bool full = s * 64 + 64 <= cols;
-    __m512i wv[R];
-    for (int k = 0; k < R; ++k) prefetch(w[k] + 64 * s + pfd);
-    for (int k = 0; k < R; ++k)
-      wv[k] = _mm512_xor_si512(full ? _mm512_loadu_si512(w[k] + 64 * s)
-                                    : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w[k] + 64 * s),
-                               x80);
-    for (int t = 0; t < T; ++t) {
-      const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
-      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-      for (int k = 0; k < R; ++k)
-        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv[k], xq)), d, f[k][t]);
-    }
-  }
+  for (uint64_t s = 0; s < nfull; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, f);
+  if (nfull < nsb) q8_step<false, R, T>(w, a, nfull, cols, pfd, f);
   for (int k = 0; k < R; ++k) {
     const float sc = f16_to_f32(load_le<uint16_t>(pl.scales + 2 * rows[k]));
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]) * sc;
@@ -983,11 +1000,12 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
   const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
   const __m512i m6 = _mm512_set1_epi8(6);
   const uint64_t pfd = prefetch_distance(pl, R);
+  const __m512i expand2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const uint8_t* w[R];
-  const uint8_t* cr[R];
+  const float* gs[R];
   for (int k = 0; k < R; ++k) {
     w[k] = pl.tp.row_weights(rows[k]);
-    cr[k] = st.codes.data() + li[k] * st.code_stride;
+    gs[k] = st.gsc.data() + li[k] * st.gsc_stride;
   }
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
@@ -1004,10 +1022,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
       p[k][1] = _mm512_and_si512(_mm512_srli_epi16(v, 1), m6);
       p[k][2] = _mm512_and_si512(_mm512_srli_epi16(v, 3), m6);
       p[k][3] = _mm512_and_si512(_mm512_srli_epi16(v, 5), m6);
-      uint64_t bits;
-      std::memcpy(&bits, cr[k] + 5 * s, 8);  // 8 codes = 40 bits starting at byte 5s
-      sw[k] =
-          ladder_scales(st.lad[li[k]], static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 20), true);
+      sw[k] = _mm512_permutexvar_ps(expand2, _mm512_castps256_ps512(_mm256_loadu_ps(gs[k] + g0)));
     }
     for (int t = 0; t < T; ++t) {
       const int8_t* xq = a[t].xq + 256 * s;
