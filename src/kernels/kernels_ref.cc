@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numbers>
+#include <optional>
 #include <string_view>
 
 #include "kernels/kernels.h"
@@ -108,11 +109,19 @@ static void matmul_rows_ref(const WeightView& w, uint64_t row_begin, uint64_t ro
     fail(ErrorKind::Bounds, "tensor '{}': rows [{}, {}) outside [0, {})", w.name, row_begin,
          row_begin + row_count, rows);
   const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
+  // Quantized tensors: parse the payload once per call, not once per row block (vbit row offsets
+  // and q1s outliers are tensor-wide: per block that was O(rows² / 16)).
+  const bool floatw = w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
+  std::optional<quant::RowDecoder> dec;
+  if (!floatw && has_kernel(w.dtype) && row_count > 0) dec.emplace(w.dtype, w.shape, w.payload, w.name);
   pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
     for (size_t b = b0; b < b1; ++b) {
       const uint64_t r0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - r0);
       auto& buf = row_buffer(rc * cols);
-      decode_rows(w, row_begin + r0, rc, buf.data());
+      if (dec)
+        dec->decode(row_begin + r0, rc, std::span<float>(buf.data(), rc * cols));
+      else
+        decode_rows(w, row_begin + r0, rc, buf.data());
       for (uint64_t r = 0; r < rc; ++r)
         for (size_t i = 0; i < n; ++i)
           y[i * y_stride + r0 + r] = static_cast<float>(dot_d(buf.data() + r * cols, x + i * cols, cols));

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,8 +52,10 @@ bool avx2_supported(DType t) noexcept {
     case DType::Q4TP:
     case DType::Q2TP:  // exact path (row decode + f32 dot) in both modes
     case DType::Q1:    // idem
-    case DType::Q1S:   // idem (q1 rows, then the outliers; unordered outliers via quant::decode_rows)
+    case DType::Q1S:   // idem (q1 rows, then the outliers; unordered outliers via quant::RowDecoder)
     case DType::Q1T:   // idem
+    case DType::VBit:  // idem (codes unpacked 8 at a time with 64-bit variable shifts)
+    case DType::VBitRo:
       return true;
     default:
       return false;
@@ -92,10 +95,11 @@ struct Plan {
   DType t = DType::F32;
   uint64_t rows = 0, cols = 0, gpr = 0;
   const uint8_t* p = nullptr;
-  const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
-  const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
-  quant::TpView tp;                 // q4tp / q2tp
-  quant::Q1sView q1s;               // q1s: q1 base tiles at p, outlier entries
+  const uint8_t* scales = nullptr;      // q8_row/q8_2f: row scales; q4_block: scale plane
+  const float* col = nullptr;           // q8_2f: decoded column field (caller scratch)
+  quant::TpView tp;                     // q4tp / q2tp
+  quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries
+  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -103,6 +107,7 @@ struct Plan {
 
 /// Caller-thread scratch: q8_2f column field and quantized activations.
 struct CallScratch {
+  quant::VBitView vb;
   std::vector<float> col;
   std::vector<int8_t> xq;
   std::vector<float> d;
@@ -127,9 +132,9 @@ Plan make_plan(const WeightView& w, bool exact) {
   if (!avx2_supported(w.dtype))
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no AVX2 kernel", w.name,
          quant::dtype_name(w.dtype));
-  // q1t rows are checked as quant::decode_rows decodes them: O(1) here, not O(rows + overlay).
-  // q1s: q1s_view below is the full check (one pass over the outliers).
-  if (w.dtype != DType::Q1S)
+  // q1t rows are checked as quant::RowDecoder decodes them: O(1) here, not O(rows + overlay).
+  // q1s: q1s_view below is the full check (one pass over the outliers); vbit: vbit_view_into.
+  if (w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
     quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   Plan pl;
   pl.w = &w;
@@ -173,6 +178,11 @@ Plan make_plan(const WeightView& w, bool exact) {
     case DType::Q1S:
       pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
       pl.row_bytes = quant::kQ1TileBytes * pl.gpr;
+      break;
+    case DType::VBit:
+    case DType::VBitRo:
+      quant::vbit_view_into(call_scratch().vb, pl.t, w.shape, w.payload, w.name);
+      pl.vb = &call_scratch().vb;
       break;
     default:
       break;
@@ -313,7 +323,7 @@ CQ_AVX2 void block_exact(MakeL make, uint64_t rc, const float* x, uint64_t cols,
 // Exact path: native row decoders, bit-identical to quant::decode_rows (each weight is the same single f32
 // product of exactly representable factors that the reference computes)
 
-/// Whether decode_row_native handles this plan (else the block goes through quant::decode_rows).
+/// Whether decode_row_native handles this plan (else the block goes through quant::RowDecoder).
 bool native_decode(const Plan& pl) {
   switch (pl.t) {
     case DType::Q8Row:
@@ -326,7 +336,10 @@ bool native_decode(const Plan& pl) {
     case DType::Q1:
       return pl.cols % 32 == 0;  // flat groups aligned with the rows
     case DType::Q1S:
-      return pl.q1s.ascending;  // one run of outliers per row (else quant::decode_rows' overwrite scan)
+      return pl.q1s.ascending;  // one run of outliers per row (else quant::RowDecoder, by index)
+    case DType::VBit:
+    case DType::VBitRo:
+      return true;
     default:
       return false;
   }
@@ -423,6 +436,43 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
       }
       if (pl.t == DType::Q1S)  // outliers replace the base values (order checked by q1s_view)
         pl.q1s.overwrite_run(r * pl.cols, (r + 1) * pl.cols, out);
+      return;
+    }
+    case DType::VBit:
+    case DType::VBitRo: {
+      // 8 codes of width b are b whole bytes of the MSB-first stream (rows start on a byte: in % 32
+      // == 0); read as one big-endian qword, code p sits at bits 64 − b(p+1) .. 64 − bp.
+      const quant::VBitView& v = *pl.vb;
+      const uint32_t b = v.width(r);
+      const int L = (1 << (b - 1)) - 1;
+      const uint8_t* row = v.row(r);
+      const uint8_t* end = pl.w->payload.data() + pl.w->payload.size();
+      const long long bb = b;
+      const __m256i sh_lo = _mm256_setr_epi64x(64 - bb, 64 - 2 * bb, 64 - 3 * bb, 64 - 4 * bb);
+      const __m256i sh_hi = _mm256_setr_epi64x(64 - 5 * bb, 64 - 6 * bb, 64 - 7 * bb, 64 - 8 * bb);
+      const __m256i mask = _mm256_set1_epi64x((1LL << b) - 1), lv = _mm256_set1_epi32(L);
+      const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const float sc = v.scale(r, g);
+        const __m256 s = _mm256_set1_ps(sc);
+        for (uint64_t j = 4 * g; j < 4 * g + 4; ++j) {  // chunk j: codes 8j..8j+7 at byte j·b
+          const uint8_t* src = row + j * b;
+          if (end - src < 8) {  // the 8-byte read would pass the payload's end (its last row)
+            for (uint32_t q = 0; q < 8; ++q)
+              out[8 * j + q] =
+                  static_cast<float>(static_cast<int>(quant::vbit_code(row, 8 * j + q, b)) - L) * sc;
+            continue;
+          }
+          uint64_t x;
+          std::memcpy(&x, src, 8);
+          const __m256i xv = _mm256_set1_epi64x(static_cast<long long>(__builtin_bswap64(x)));
+          const __m256i lo = _mm256_and_si256(_mm256_srlv_epi64(xv, sh_lo), mask);  // codes 0..3 (qwords)
+          const __m256i hi = _mm256_and_si256(_mm256_srlv_epi64(xv, sh_hi), mask);  // codes 4..7
+          const __m256i codes = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(lo, low_dwords),
+                                                   _mm256_permutevar8x32_epi32(hi, low_dwords), 0xF0);
+          _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(codes, lv)), s));
+        }
+      }
       return;
     }
     default:
@@ -707,6 +757,9 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
   if (pl.int8) acts = quantize_all(pl, x, n);
   const uint64_t cols = pl.cols;
   const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
+  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
+  std::optional<quant::RowDecoder> dec;  // blocks without a native decoder: the payload parsed once
+  if (!pl.int8 && !floatw && !native_decode(pl)) dec.emplace(pl.t, pl.w->shape, pl.w->payload, pl.w->name);
   pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
     BlockState& st = block_state();
     for (size_t b = b0; b < b1; ++b) {
@@ -742,8 +795,7 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
             for (uint64_t k = 0; k < rc; ++k)
               decode_row_native(pl, st, r0 + k, k, st.rowbuf.data() + k * cols);
           } else {
-            quant::decode_rows(pl.t, pl.w->shape, pl.w->payload, r0, rc,
-                               std::span<float>(st.rowbuf.data(), rc * cols));
+            dec->decode(r0, rc, std::span<float>(st.rowbuf.data(), rc * cols));
           }
           const float* rb = st.rowbuf.data();
           block_exact<LdF32>(

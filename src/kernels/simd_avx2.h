@@ -11,11 +11,13 @@
 //    codecs decode each block of 16 rows into a thread-local buffer to exactly the values ŵ of the
 //    reference decoder: q8_row, q8_2f, q4_tiled, q4_block, q4tp, q2tp and q1 with AVX2 decoders that form
 //    the same single f32 product per weight as quant::decode_rows (ladders from the same exp2f/product
-//    chain as quant::q4tp_ladder); q1t and the flat-group codecs with cols % 32 != 0 through
-//    quant::decode_rows itself. The dot with the f32 activation accumulates with f32 FMA in 2×8 lanes:
-//    8-column chunk k goes to accumulator k mod 2 (the ragged tail chunk zero padded), then a0 + a1 and a
-//    fixed lane tree. Bound against the double-accumulating reference (the standard FMA dot-product
-//    analysis, Higham, "Accuracy and Stability of Numerical Algorithms", §3.1):
+//    chain as quant::q4tp_ladder; vbit/vbit_ro codes unpacked 8 at a time — b whole bytes read as one
+//    big-endian qword, split by 64-bit variable shifts); q1t and the flat-group codecs with
+//    cols % 32 != 0 through quant::RowDecoder (the payload parsed once per call). The dot with the f32
+//    activation accumulates with f32 FMA in 2×8 lanes: 8-column chunk k goes to accumulator k mod 2 (the
+//    ragged tail chunk zero padded), then a0 + a1 and a fixed lane tree. Bound against the
+//    double-accumulating reference (the standard FMA dot-product analysis, Higham, "Accuracy and Stability of
+//    Numerical Algorithms", §3.1):
 //      |y − y_ref| ≤ γ_(⌈cols/16⌉+4) · Σ_c |ŵ_c·x_c| + 2^-24·|y_ref|,   γ_k = k·2^-24 / (1 − k·2^-24)
 //    (for cols = 4864: ≤ 1.8e-5 · Σ|ŵx|).
 //  * int8 (`exact = false`), for q8_row, q8_2f, and q4_tiled, q4tp, q4_block when cols % 32 == 0: the
@@ -28,8 +30,8 @@
 //      |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254   (plus f32 rounding, ~γ_(cols/32+6) relative).
 //    q8_2f folds its column field into the activation first (x'_c = x_c·col_c, quantized per block; the
 //    bound then uses |ŵ_c|/col_c and absmax'_b). A block holding a NaN/±Inf activation yields NaN outputs.
-//    Every other dtype (f32, f16, bf16, q2tp, q1, q1t, q4_* with cols % 32 != 0) takes the exact path
-//    when exact = false.
+//    Every other dtype (f32, f16, bf16, q2tp, q1, q1s, q1t, vbit, vbit_ro, q4_* with cols % 32 != 0)
+//    takes the exact path when exact = false.
 //
 // Threads: output rows are split in contiguous blocks of 16 over ThreadPool::parallel_for; each output is
 // computed by one thread with arithmetic that depends neither on the split nor on the register tile it
@@ -53,8 +55,8 @@ bool avx2_cpu_ok() noexcept;
 
 /// Whether matvec_rows_avx2 / matmul_avx2 implement `t` on this CPU: true for f32, f16, bf16, q8_row,
 /// q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s (exact path; unordered outliers go through
-/// quant::decode_rows), q1t when avx2_cpu_ok(); false otherwise (and for vbit, vbit_ro — their
-/// unpacking needs AVX-512 VBMI —, u8 and the reserved ids: the caller uses the reference there).
+/// quant::RowDecoder), q1t, vbit, vbit_ro when avx2_cpu_ok(); false otherwise (u8 and the reserved
+/// ids: the caller uses the reference there).
 bool avx2_supported(quant::DType t) noexcept;
 
 /// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]` row-major (w.rows(), w.cols()),

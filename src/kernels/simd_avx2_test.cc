@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd_test_support.h"
 #include "quant/codec.h"
+#include "quant/layout.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -26,12 +27,9 @@ using test::any_cols;
 using test::gaussian;
 using test::make;
 using test::Tensor;
-/// The SIMD dtypes this tier implements (vbit/vbit_ro need AVX-512 VBMI: AVX-512 tier only).
+/// The SIMD dtypes this tier implements: all of them.
 std::vector<DType> avx2_dtypes() {
-  std::vector<DType> v;
-  for (DType t : test::kSimdDtypes)
-    if (t != DType::VBit && t != DType::VBitRo) v.push_back(t);
-  return v;
+  return {std::begin(test::kSimdDtypes), std::end(test::kSimdDtypes)};
 }
 
 /// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
@@ -224,10 +222,37 @@ TEST(Avx2, Q8RowHandComputedValue) {
   EXPECT_FLOAT_EQ(y[1], static_cast<float>(w.deq[cols + 33] * (64.0 / 127.0)));
 }
 
+// vbit rows of every width (3, 4, 5, 6, 8; rows scaled 2^-6 … 2^6), both layouts: the AVX2 unpacking
+// decodes exactly the reference's f32 weights (one-hot activations over every column, so the last
+// row's codes whose 8-byte read would pass the payload's end are checked too).
+TEST(Avx2, VbitEveryWidthDecodesExactly) {
+  if (!avx2_supported(DType::VBit)) GTEST_SKIP();
+  const uint64_t rows = 26, cols = 160;
+  auto v = gaussian(rows * cols, 54);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, 6 - static_cast<int>(r % 13));
+  for (DType t : {DType::VBit, DType::VBitRo}) {
+    SCOPED_TRACE(quant::dtype_name(t));
+    const Tensor w = make(t, rows, cols, v);
+    const quant::VBitView vb = quant::vbit_view(t, w.view.shape, w.bytes, "w");
+    std::vector<bool> seen(9, false);
+    for (uint64_t r = 0; r < rows; ++r) seen[vb.width(r)] = true;
+    for (uint32_t b : {3u, 4u, 5u, 6u, 8u}) EXPECT_TRUE(seen[b]) << "no row of width " << b;
+    EXPECT_LT(vb.width(rows - 1), 8u);  // the last row's tail takes the scalar codes
+    std::vector<float> one(cols, 0.0f), y(rows);
+    for (uint64_t c = 0; c < cols; ++c) {
+      one[c] = 1.0f;
+      matvec_rows_avx2(w.view, 0, rows, one.data(), y.data(), serial_pool(), false);
+      for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(y[r], w.deq[r * cols + c]) << r << "," << c;
+      one[c] = 0.0f;
+    }
+  }
+}
+
 TEST(Avx2, Errors) {
   if (!avx2_cpu_ok()) GTEST_SKIP();
-  EXPECT_FALSE(avx2_supported(DType::VBit));
-  EXPECT_FALSE(avx2_supported(DType::VBitRo));
+  EXPECT_TRUE(avx2_supported(DType::VBit));
+  EXPECT_TRUE(avx2_supported(DType::VBitRo));
   EXPECT_TRUE(avx2_supported(DType::Q1S));
   EXPECT_FALSE(avx2_supported(DType::U8));
   EXPECT_TRUE(avx2_supported(DType::Q8Row));
@@ -299,12 +324,16 @@ TEST(Avx2, Errors) {
       EXPECT_EQ(e.kind(), ErrorKind::Parse);
     }
   }
-  const Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
+  // vbit: a row width outside {3,4,5,6,8} is the layout's Parse error naming the row.
+  Tensor v = make(DType::VBit, 4, 64, gaussian(256, 43));
+  v.bytes[2] = 7;
+  v.view.payload = v.bytes;
   try {
     matvec_rows_avx2(v.view, 0, 1, x.data(), y.data(), serial_pool(), true);
     ADD_FAILURE() << "no throw";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_EQ(e.kind(), ErrorKind::Parse);
+    EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
   }
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
+#include "quant/codec.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -97,6 +99,9 @@ struct Model::Impl {
   cmf::ModelArch arch;
   kernels::ThreadPool pool;
   WeightView embed, lm_head;
+  // Quantized embedding: parsed once at bind, so a token's row costs O(hidden) (quant::decode_rows
+  // re-parses the tensor: O(rows) for vbit, O(outliers) for q1s, per token).
+  std::optional<quant::RowDecoder> embed_rows;
   std::vector<float> final_norm;
   std::vector<Layer> layers;
   kernels::RopeTable rope_global, rope_local;
@@ -331,6 +336,10 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
     for (const auto& m : b.missing) list += (list.empty() ? "" : ", ") + m;
     fail(ErrorKind::Parse, "arch '{}': missing required tensor(s): {}", a.arch_name, list);
   }
+  using quant::DType;
+  const DType et = impl->embed.dtype;
+  if (et != DType::F32 && et != DType::F16 && et != DType::BF16 && kernels::has_kernel(et))
+    impl->embed_rows.emplace(et, impl->embed.shape, impl->embed.payload, impl->embed.name);
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 
@@ -602,7 +611,10 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
     for (size_t t = 0; t < steps[s].tokens.size(); ++t, ++r) {
       row_seq[r] = s;
       row_pos[r] = start + t;
-      kernels::decode_rows(embed, steps[s].tokens[t], 1, h + r * Hd);
+      if (embed_rows)
+        embed_rows->decode(steps[s].tokens[t], 1, std::span<float>(h + r * Hd, Hd));
+      else
+        kernels::decode_rows(embed, steps[s].tokens[t], 1, h + r * Hd);
       if (embed_mult != 1.0f)
         for (size_t d = 0; d < Hd; ++d) h[r * Hd + d] *= embed_mult;
     }

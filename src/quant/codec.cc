@@ -582,22 +582,63 @@ float flat_elem(DType t, const uint8_t* p, uint64_t groups, uint64_t e) {
   }
 }
 
-void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload, uint64_t r0,
-                      uint64_t cnt, std::span<float> out) {
-  constexpr std::string_view what = "<decode>";
+}  // namespace
+
+RowDecoder::RowDecoder(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
+                       std::string_view what)
+    : t_(t), shape_(shape.begin(), shape.end()), payload_(payload), what_(what) {
   if (t == DType::U8 || t == DType::Mix8_4 || t == DType::Q4Col || static_cast<int>(t) >= kNumDTypes)
     fail(ErrorKind::Unsupported, "cannot dequantize dtype {} ({})", static_cast<int>(t), dtype_name(t));
-  // q1t rows are checked as they are decoded (its branch below), so decoding a block of rows costs
+  // q1t rows are checked as they are decoded (decode's q1t branch), so decoding a block of rows costs
   // O(block), not O(tensor) (the kernels decode q1t 16 rows at a time).
   validate_payload(t, shape, payload, what, /*check_rows=*/false);
-  const uint64_t n = detail::numel(shape, what);
-  const Matrix m = row_view(shape, n);
+  n_ = detail::numel(shape, what);
+  m_ = row_view(shape, n_);
+  switch (t) {
+    case DType::VBit:
+    case DType::VBitRo:
+      vb_ = vbit_view(t, shape, payload, what);
+      break;
+    case DType::Q1S:
+      q1s_ = q1s_view(shape, payload, what);
+      if (!q1s_.ascending) {
+        // Entry ids ordered by flat index, of each index only the last entry (later entries win).
+        q1s_order_.resize(q1s_.count);
+        for (uint32_t i = 0; i < q1s_.count; ++i) q1s_order_[i] = i;
+        std::stable_sort(q1s_order_.begin(), q1s_order_.end(),
+                         [&](uint32_t a, uint32_t b) { return q1s_.index(a) < q1s_.index(b); });
+        size_t k = 0;
+        for (size_t i = 0; i < q1s_order_.size(); ++i) {
+          if (i + 1 < q1s_order_.size() && q1s_.index(q1s_order_[i + 1]) == q1s_.index(q1s_order_[i]))
+            continue;
+          q1s_order_[k++] = q1s_order_[i];
+        }
+        q1s_order_.resize(k);
+      }
+      break;
+    case DType::Q1T:
+      q1t_ = q1t_view(shape, payload, what, /*check_rows=*/false);
+      break;
+    case DType::Q4TP:
+    case DType::Q2TP:
+      tp_ = tp_view(t, shape, payload, what);
+      break;
+    default:
+      break;
+  }
+}
+
+void RowDecoder::decode(uint64_t r0, uint64_t cnt, std::span<float> out) const {
+  const DType t = t_;
+  const Matrix m = m_;
+  const uint64_t n = n_;
+  const std::string_view what = what_;
   if (r0 > m.rows || cnt > m.rows - r0)
     fail(ErrorKind::InvalidArgument, "decode_rows: rows [{}, {}+{}) outside a tensor of {} rows", r0, r0, cnt,
          m.rows);
   if (out.size() != cnt * m.in)
     fail(ErrorKind::InvalidArgument, "decode_rows: output has {} floats, need {}", out.size(), cnt * m.in);
-  const uint8_t* p = payload.data();
+  const uint8_t* p = payload_.data();
   const uint64_t e0 = r0 * m.in, e1 = (r0 + cnt) * m.in;
   switch (t) {
     case DType::F32:
@@ -636,7 +677,7 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
     }
     case DType::VBit:
     case DType::VBitRo: {
-      const VBitView v = vbit_view(t, shape, payload, what);
+      const VBitView& v = vb_;
       for (uint64_t r = r0; r < r0 + cnt; ++r) {
         const uint32_t b = v.width(r);
         const int L = (1 << (b - 1)) - 1;
@@ -648,18 +689,19 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
       return;
     }
     case DType::Q1S: {
-      const Q1sView v = q1s_view(shape, payload, what);
+      const Q1sView& v = q1s_;
       for (uint64_t e = e0; e < e1; ++e) out[e - e0] = flat_elem(DType::Q1, v.base, n / kGroup, e);
       if (v.ascending) {  // the entries of [e0, e1) are one run
         v.overwrite_run(e0, e1, out.data());
         return;
       }
-      for (uint32_t i = 0; i < v.count; ++i)
-        if (v.index(i) >= e0 && v.index(i) < e1) out[v.index(i) - e0] = v.value(i);
+      auto it = std::lower_bound(q1s_order_.begin(), q1s_order_.end(), e0,
+                                 [&](uint32_t i, uint64_t e) { return v.index(i) < e; });
+      for (; it != q1s_order_.end() && v.index(*it) < e1; ++it) out[v.index(*it) - e0] = v.value(*it);
       return;
     }
     case DType::Q1T: {
-      const Q1tView v = q1t_view(shape, payload, what, /*check_rows=*/false);
+      const Q1tView& v = q1t_;
       const uint64_t gpr = m.in / kGroup;
       for (uint64_t r = r0; r < r0 + cnt; ++r) {
         q1t_check_row(v, r, what);
@@ -680,7 +722,7 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
     }
     case DType::Q4TP:
     case DType::Q2TP: {
-      const TpView v = tp_view(t, shape, payload, what);
+      const TpView& v = tp_;
       float ladder[32];
       for (uint64_t r = r0; r < r0 + cnt; ++r) {
         if (t == DType::Q4TP)
@@ -707,8 +749,6 @@ void decode_rows_impl(DType t, std::span<const uint64_t> shape, std::span<const 
       fail(ErrorKind::Unsupported, "cannot dequantize dtype {}", dtype_name(t));
   }
 }
-
-}  // namespace
 
 std::vector<uint8_t> encode(DType t, std::span<const uint64_t> shape, std::span<const float> values,
                             const EncodeOptions& opt) {
@@ -768,12 +808,12 @@ void decode(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> p
     validate_payload(t, shape, payload, "<decode>");
     return;
   }
-  decode_rows_impl(t, shape, payload, 0, m.rows, out);
+  RowDecoder(t, shape, payload).decode(0, m.rows, out);
 }
 
 void decode_rows(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
                  uint64_t row_begin, uint64_t row_count, std::span<float> out) {
-  decode_rows_impl(t, shape, payload, row_begin, row_count, out);
+  RowDecoder(t, shape, payload).decode(row_begin, row_count, out);
 }
 
 }  // namespace cortiq::quant

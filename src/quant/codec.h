@@ -59,6 +59,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "quant/dtype.h"
@@ -95,6 +97,41 @@ void decode(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> p
 /// Same errors as decode, plus Error(InvalidArgument) for a row range outside the tensor.
 void decode_rows(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
                  uint64_t row_begin, uint64_t row_count, std::span<float> out);
+
+/// decode_rows for callers that decode rows of one tensor again and again (the reference kernels'
+/// row blocks, an embedding lookup per token): the constructor checks the payload and parses the
+/// tensor-wide structure once — validate_payload (q1t rows excepted: decode checks each row it
+/// reads), vbit/vbit_ro row offsets (O(rows)), the q1s outliers (O(outliers); when their indices are
+/// not ascending, an order by index keeping the last of duplicates, O(outliers·log)) — so decode()
+/// costs O(row_count·in), plus O(log outliers) for q1s. Values bit-identical to decode_rows. The
+/// decoder points into `payload`, which must outlive it.
+class RowDecoder {
+ public:
+  /// Throws what decode_rows throws for an unsupported dtype or a malformed payload; `what` names
+  /// the tensor in those messages.
+  RowDecoder(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
+             std::string_view what = "<decode>");
+  /// Rows [row_begin, row_begin + row_count) of the [rows, in] view into `out` (row_count·in floats,
+  /// row-major). Throws Error(InvalidArgument) for a range outside the tensor or a wrong `out`
+  /// size, Error(Parse) for a malformed q1t row.
+  void decode(uint64_t row_begin, uint64_t row_count, std::span<float> out) const;
+  uint64_t rows() const noexcept { return m_.rows; }
+  uint64_t cols() const noexcept { return m_.in; }
+  DType dtype() const noexcept { return t_; }
+
+ private:
+  DType t_;
+  std::vector<uint64_t> shape_;
+  std::span<const uint8_t> payload_;
+  std::string what_;
+  uint64_t n_ = 0;
+  Matrix m_{};
+  VBitView vb_;                      // vbit / vbit_ro
+  Q1sView q1s_;                      // q1s
+  std::vector<uint32_t> q1s_order_;  // q1s, indices not ascending: entry ids by index, last duplicate
+  Q1tView q1t_;                      // q1t (rows unchecked)
+  TpView tp_;                        // q4tp / q2tp
+};
 
 /// The scale rule of FORMAT-NOTES §1.1: round x to f16 (RNE), back to f32, floor at 2^-14.
 float f16_scale(float x);
