@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "kernels/simd_avx2.h"
@@ -300,6 +302,55 @@ TEST(Kernels, ThreadPoolRapidSmallJobsRunEachIndexOnce) {
   total = 0;
   pool.parallel_for(8, [&](size_t b, size_t e) { total += static_cast<int>(e - b); });
   EXPECT_EQ(total.load(), 8);
+}
+
+// Jobs with ≥ kSplit ranges per thread are handed out on demand: every index still runs once, ranges
+// stay ≥ grain (but the last), and back-to-back on-demand jobs do not leak claims into each other.
+// A job of exactly size() indices keeps one index per thread (the bandwidth probe relies on it), and
+// a worker that stalls in its first range leaves the rest to the caller.
+TEST(Kernels, ThreadPoolOnDemandRangesCoverEachIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hit(500);
+  int expect_total = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    const size_t n = 12 + static_cast<size_t>(rep * 7 % 480), grain = 1 + static_cast<size_t>(rep % 3);
+    expect_total += static_cast<int>(n);
+    std::atomic<int> short_ranges{0};
+    pool.parallel_for(
+        n,
+        [&](size_t b, size_t e) {
+          if (e - b < grain && e != n) short_ranges.fetch_add(1);
+          for (size_t i = b; i < e; ++i) hit[i].fetch_add(1, std::memory_order_relaxed);
+        },
+        grain);
+    ASSERT_EQ(short_ranges.load(), 0) << "n " << n << " grain " << grain;
+  }
+  int total = 0;
+  for (auto& h : hit) total += h.load();
+  EXPECT_EQ(total, expect_total);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(hit[i].load(), 3000) << i;  // every job covers 0..11
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  for (int rep = 0; rep < 200; ++rep) {
+    ids.clear();
+    pool.parallel_for(3, [&](size_t b, size_t e) {
+      ASSERT_EQ(e - b, 1u);
+      std::lock_guard<std::mutex> lk(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+    ASSERT_EQ(ids.size(), 3u);
+  }
+  ThreadPool two(2);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<size_t> by_caller{0};
+  std::atomic<bool> stalled{false};
+  two.parallel_for(64, [&](size_t b, size_t e) {
+    if (std::this_thread::get_id() == caller)
+      by_caller += e - b;
+    else if (!stalled.exchange(true))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  EXPECT_GT(by_caller.load(), 32u);
 }
 
 }  // namespace

@@ -41,28 +41,27 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     fn(0, n);
     return;
   }
-  const size_t chunk = (n + parts - 1) / parts;
-  const size_t nchunks = (n + chunk - 1) / chunk;
+  on_demand_ = n >= kSplit * parts * grain;
+  const size_t chunk =
+      on_demand_ ? std::max(grain, (n + kSplit * parts - 1) / (kSplit * parts)) : (n + parts - 1) / parts;
+  nchunks_ = (n + chunk - 1) / chunk;
+  const size_t taking_part = on_demand_ ? parts : nchunks_;
   fn_ = &fn;
   n_ = n;
   chunk_ = chunk;
   error_ = nullptr;
-  pending_.store(nchunks - 1);  // chunk 0 runs on the caller
-  // The chunk count travels inside the generation word, so a worker without a chunk never reads
-  // the job fields (which the next call may already be rewriting). seq_cst store then seq_cst load
-  // of sleepers_ pairs with the worker's increment of sleepers_ then load of generation_: either
-  // the worker sees the new generation or we see it sleeping.
-  generation_.store(((generation_.load() >> 8) + 1) << 8 | nchunks);
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(taking_part - 1);  // the caller takes part too
+  // The participant count travels inside the generation word, so a worker that takes no part never
+  // reads the job fields (which the next call may already be rewriting). seq_cst store then seq_cst
+  // load of sleepers_ pairs with the worker's increment of sleepers_ then load of generation_:
+  // either the worker sees the new generation or we see it sleeping.
+  generation_.store(((generation_.load() >> 8) + 1) << 8 | taking_part);
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
     cv_work_.notify_all();
   }
-  std::exception_ptr mine;
-  try {
-    fn(0, std::min(chunk, n));
-  } catch (...) {
-    mine = std::current_exception();
-  }
+  run_chunks(0);
   // Spin briefly (chunks are balanced, the wait is usually a few µs), then block: on a busy or
   // oversubscribed machine a worker may be descheduled for milliseconds and needs our core.
   const auto deadline = Clock::now() + std::chrono::microseconds(kCallerSpinMicros);
@@ -77,9 +76,28 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     }
   }
   fn_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
   std::lock_guard<std::mutex> lk(mu_);
   if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::run_chunks(size_t index) {
+  auto one = [&](size_t c) {
+    try {
+      (*fn_)(c * chunk_, std::min(n_, (c + 1) * chunk_));
+      return true;
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+      next_.store(nchunks_, std::memory_order_relaxed);  // stop handing out ranges
+      return false;
+    }
+  };
+  if (!on_demand_) {
+    (void)one(index);
+    return;
+  }
+  for (size_t c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < nchunks_;)
+    if (!one(c)) return;
 }
 
 void ThreadPool::worker_loop(size_t index) {
@@ -107,13 +125,7 @@ void ThreadPool::worker_loop(size_t index) {
     seen = g;
     if (stop_.load()) return;
     if (index < (g & 0xFF)) {
-      const size_t b = index * chunk_, e = std::min(n_, b + chunk_);
-      try {
-        (*fn_)(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
+      run_chunks(index);
       // seq_cst decrement then load of caller_waiting_ pairs with the caller's store of
       // caller_waiting_ then load of pending_ (under mu_): the last worker either is seen by the
       // caller's predicate or sees the caller waiting and wakes it.
