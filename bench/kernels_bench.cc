@@ -1,8 +1,9 @@
 // Google Benchmark of the matvec/matmul kernels (issue 6): every dtype × real Qwen2.5-0.5B shapes
 // (896×4864, 4864×896, 151936×896; and 896×896, which stays in L2: the compute ceiling) ×
-// {reference, SIMD exact, SIMD int8} × {1, 2} threads, reporting
-// weight bytes read per second (bytes_per_second = payload bytes × calls / s), plus a plain
-// streaming memory read (same threads) as the roofline, and a few batched-prefill (matmul) runs.
+// {reference, SIMD exact, SIMD int8} × {1, 2} threads; `matvec_cold` streams the layer shapes from
+// DRAM as a decode step does (a different copy per call), `matmul_n4` is a 4-sequence serve step;
+// reporting weight bytes read per second (bytes_per_second = payload bytes × calls / s), plus a
+// plain streaming memory read (same threads) as the roofline, and a few batched-prefill (matmul) runs.
 //
 // Payloads are random bytes of the exact payload size (random f32/f16/bf16 values for the float
 // dtypes), which is valid for timing: every fixed-size layout accepts any bytes.
@@ -16,10 +17,12 @@
 #include <immintrin.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -182,6 +185,36 @@ void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
 }
 
+/// Decode-like streaming: the same matvec over `copies` distinct copies of one random tensor (≥ 384 MiB
+/// in all, so every call reads its weights from DRAM as a decode step does), one copy per call, int8
+/// path. Reports the weight bytes streamed per second.
+void BM_matvec_cold(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t threads) {
+  const Tensor& w = tensor(t, rows, cols);
+  const size_t bytes = w.bytes.size(), copies = std::max<size_t>(2, (size_t{384} << 20) / bytes + 1);
+  static HugeBytes pool_bytes;
+  pool_bytes.assign(copies * bytes, 0);
+  std::vector<WeightView> views;
+  for (size_t i = 0; i < copies; ++i) {
+    std::memcpy(pool_bytes.data() + i * bytes, w.bytes.data(), bytes);
+    views.push_back(
+        WeightView{t, w.view.shape, std::span<const uint8_t>(pool_bytes.data() + i * bytes, bytes), "bench"});
+  }
+  std::vector<float> x(cols), y(rows);
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool& pool = pool_of(threads);
+  size_t i = 0;
+  for (auto _ : st) {
+    cortiq::kernels::matvec_rows_simd(views[i], 0, rows, x.data(), y.data(), pool, false);
+    i = (i + 1) % copies;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["tok/s"] = benchmark::Counter(0.0);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(bytes));
+}
+
 __attribute__((target("avx512f"))) float sum_bytes(const uint8_t* p, size_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 256 <= n; i += 256) {
@@ -259,6 +292,29 @@ int main(int argc, char** argv) {
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
+  // Decode-like: every call on a different copy, so the weights come from DRAM (the 0.5B layer shapes).
+  for (const auto& sh : {Shape{896, 896}, Shape{4864, 896}, Shape{896, 4864}})
+    for (DType t : {DType::Q8Row, DType::Q4Tiled, DType::Q4TP})
+      for (size_t th : {1, 2}) {
+        if (!cortiq::kernels::simd_supported(t)) continue;
+        const std::string name = "matvec_cold/" + std::string(cortiq::quant::dtype_name(t)) + "/" +
+                                 std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                                 "/int8/threads:" + std::to_string(th);
+        benchmark::RegisterBenchmark(name.c_str(), BM_matvec_cold, t, sh.rows, sh.cols, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+  // A continuous-batching decode step of 4 sequences (cortiq serve --parallel ≥ 4).
+  for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
+    for (DType t : {DType::Q8Row, DType::Q4Tiled, DType::Q4TP})
+      for (size_t th : {1, 2}) {
+        const std::string name = "matmul_n4/" + std::string(cortiq::quant::dtype_name(t)) + "/" +
+                                 std::to_string(sh.rows) + "x" + std::to_string(sh.cols) +
+                                 "/int8/threads:" + std::to_string(th);
+        benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, sh.rows, sh.cols, 4, false, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

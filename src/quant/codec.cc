@@ -586,7 +586,7 @@ float flat_elem(DType t, const uint8_t* p, uint64_t groups, uint64_t e) {
 
 RowDecoder::RowDecoder(DType t, std::span<const uint64_t> shape, std::span<const uint8_t> payload,
                        std::string_view what)
-    : t_(t), shape_(shape.begin(), shape.end()), payload_(payload), what_(what) {
+    : t_(t), payload_(payload), what_(what) {
   if (t == DType::U8 || t == DType::Mix8_4 || t == DType::Q4Col || static_cast<int>(t) >= kNumDTypes)
     fail(ErrorKind::Unsupported, "cannot dequantize dtype {} ({})", static_cast<int>(t), dtype_name(t));
   // q1t rows are checked as they are decoded (decode's q1t branch), so decoding a block of rows costs

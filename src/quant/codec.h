@@ -121,7 +121,6 @@ class RowDecoder {
 
  private:
   DType t_;
-  std::vector<uint64_t> shape_;
   std::span<const uint8_t> payload_;
   std::string what_;
   uint64_t n_ = 0;
