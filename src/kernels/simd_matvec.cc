@@ -358,32 +358,42 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) 
   }
   transpose16(lad, &st.lad[0][0], 32);
   transpose16(lad + 16, &st.lad[0][16], 32);
-  // Group scales, 16 tiles per step: the 8 codes of tiles 8j..8j+7 are the 40 bits at byte 5j of the
-  // code row (an 8-byte read; a row whose read would pass the payload's end is copied zero-padded).
-  const uint64_t gpr = pl.gpr, crb = pl.tp.code_row_bytes, n8 = (gpr + 7) / 8;
-  st.gsc_stride = (gpr + 15) / 16 * 16;
+  // Group scales, 16 tiles per step: their 80 code bits are bytes 10j..10j+9 of the code row (a
+  // 16-byte read; a row whose read would pass the payload's end is copied zero-padded). Each 32-bit
+  // lane k gathers the two bytes holding bits 5k..5k+4 (vpshufb on the 16 bytes broadcast to the
+  // four 128-bit lanes), shifts by 5k mod 8 and keeps 5 bits: the rung index of tile 16j + k.
+  const uint64_t gpr = pl.gpr, crb = pl.tp.code_row_bytes, n16 = (gpr + 15) / 16;
+  st.gsc_stride = n16 * 16;
   grow(st.gsc, kRowBlock * st.gsc_stride);
   const uint8_t* end = pl.w->payload.data() + pl.w->payload.size();
-  const __m512i sh = _mm512_setr_epi64(0, 5, 10, 15, 20, 25, 30, 35), m31 = _mm512_set1_epi64(31);
+  alignas(64) static constexpr std::array<uint8_t, 64> kPick = [] {
+    std::array<uint8_t, 64> a{};
+    for (int k = 0; k < 16; ++k) {
+      const int byte = 5 * k / 8;
+      a[4 * k] = static_cast<uint8_t>(byte);
+      a[4 * k + 1] = static_cast<uint8_t>(byte + 1);
+      a[4 * k + 2] = 0x80;  // zero
+      a[4 * k + 3] = 0x80;
+    }
+    return a;
+  }();
+  const __m512i pick = _mm512_load_si512(kPick.data());
+  const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);  // 5k mod 8
+  const __m512i m31 = _mm512_set1_epi32(31);
   for (uint64_t i = 0; i < n; ++i) {
     const uint8_t* cr = pl.tp.row_codes(r0 + i);
-    if (static_cast<uint64_t>(end - cr) < 5 * (n8 - 1) + 8) {
-      grow(st.codes, crb + 8);
+    if (static_cast<uint64_t>(end - cr) < 10 * (n16 - 1) + 16) {
+      grow(st.codes, crb + 16);
       std::memcpy(st.codes.data(), cr, crb);
-      std::memset(st.codes.data() + crb, 0, 8);
+      std::memset(st.codes.data() + crb, 0, 16);
       cr = st.codes.data();
     }
     const __m512 l0 = _mm512_loadu_ps(st.lad[i]), l1 = _mm512_loadu_ps(st.lad[i] + 16);
     float* out = st.gsc.data() + i * st.gsc_stride;
     for (uint64_t g = 0; g < gpr; g += 16) {
-      uint64_t b0, b1 = 0;
-      std::memcpy(&b0, cr + 5 * (g / 8), 8);
-      if (g + 8 < gpr) std::memcpy(&b1, cr + 5 * (g / 8) + 5, 8);
-      const __m256i i0 = _mm512_cvtepi64_epi32(
-          _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(b0)), sh), m31));
-      const __m256i i1 = _mm512_cvtepi64_epi32(
-          _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(b1)), sh), m31));
-      const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1);
+      const __m512i b =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cr + 10 * (g / 16))));
+      const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(b, pick), sh), m31);
       // tiles past gpr (the next row's codes, or the padding) get scale 0
       _mm512_storeu_ps(out + g, _mm512_maskz_permutex2var_ps(mask16(gpr - g), l0, idx, l1));
     }
