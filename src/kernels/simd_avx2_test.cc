@@ -27,6 +27,8 @@ using test::any_cols;
 using test::gaussian;
 using test::make;
 using test::Tensor;
+using test::vbit_width_sweep;
+using test::widths_seen;
 /// The SIMD dtypes this tier implements: all of them.
 std::vector<DType> avx2_dtypes() {
   return {std::begin(test::kSimdDtypes), std::end(test::kSimdDtypes)};
@@ -222,21 +224,18 @@ TEST(Avx2, Q8RowHandComputedValue) {
   EXPECT_FLOAT_EQ(y[1], static_cast<float>(w.deq[cols + 33] * (64.0 / 127.0)));
 }
 
-// vbit rows of every width (3, 4, 5, 6, 8; rows scaled 2^-6 … 2^6), both layouts: the AVX2 unpacking
+// vbit rows of every width (vbit_width_sweep), both layouts: the AVX2 unpacking
 // decodes exactly the reference's f32 weights (one-hot activations over every column, so the last
 // row's codes whose 8-byte read would pass the payload's end are checked too).
 TEST(Avx2, VbitEveryWidthDecodesExactly) {
   if (!avx2_supported(DType::VBit)) GTEST_SKIP();
   const uint64_t rows = 26, cols = 160;
-  auto v = gaussian(rows * cols, 54);
-  for (uint64_t r = 0; r < rows; ++r)
-    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, 6 - static_cast<int>(r % 13));
+  const auto v = vbit_width_sweep(rows, cols, /*rising=*/false);
   for (DType t : {DType::VBit, DType::VBitRo}) {
     SCOPED_TRACE(quant::dtype_name(t));
     const Tensor w = make(t, rows, cols, v);
     const quant::VBitView vb = quant::vbit_view(t, w.view.shape, w.bytes, "w");
-    std::vector<bool> seen(9, false);
-    for (uint64_t r = 0; r < rows; ++r) seen[vb.width(r)] = true;
+    const auto seen = widths_seen(vb);
     for (uint32_t b : {3u, 4u, 5u, 6u, 8u}) EXPECT_TRUE(seen[b]) << "no row of width " << b;
     EXPECT_LT(vb.width(rows - 1), 8u);  // the last row's tail takes the scalar codes
     std::vector<float> one(cols, 0.0f), y(rows);

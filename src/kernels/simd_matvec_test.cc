@@ -26,6 +26,8 @@ using test::any_cols;
 using test::gaussian;
 using test::make;
 using test::Tensor;
+using test::vbit_width_sweep;
+using test::widths_seen;
 constexpr auto& kAll = test::kSimdDtypes;
 
 /// The documented exact-path bound of this tier for output row r (simd_matvec.h).
@@ -299,15 +301,11 @@ TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
 TEST(Simd, VbitEveryWidth) {
   if (!simd_supported(DType::VBit)) GTEST_SKIP() << "no AVX-512 VBMI";
   const uint64_t rows = 26, cols = 160;  // 2 full 64-code superblocks and a 32-code tail
-  auto v = gaussian(rows * cols, 54);
-  for (uint64_t r = 0; r < rows; ++r)
-    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r % 13) - 6);
+  const auto v = vbit_width_sweep(rows, cols, /*rising=*/true);
   for (DType t : {DType::VBit, DType::VBitRo}) {
     SCOPED_TRACE(quant::dtype_name(t));
     const Tensor w = make(t, rows, cols, v);
-    const quant::VBitView vb = quant::vbit_view(t, w.view.shape, w.bytes, "w");
-    std::vector<bool> seen(9, false);
-    for (uint64_t r = 0; r < rows; ++r) seen[vb.width(r)] = true;
+    const auto seen = widths_seen(quant::vbit_view(t, w.view.shape, w.bytes, "w"));
     for (uint32_t b : {3u, 4u, 5u, 6u, 8u}) EXPECT_TRUE(seen[b]) << "no row of width " << b;
     const auto X = gaussian(3 * cols, 55);
     for (Path p : {Path::Exact, Path::Int8}) {

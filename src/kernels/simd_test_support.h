@@ -55,6 +55,23 @@ inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<floa
   return o;
 }
 
+/// vbit rows carry their own width (3, 4, 5, 6 or 8 bits; the encoder picks it from the row's
+/// magnitude): `[rows, cols]` gaussians with row r scaled 2^(r mod 13 − 6) (`rising`) or
+/// 2^(6 − r mod 13), so rows ≥ 13 cover every width. widths_seen(view)[b]: some row has width b.
+inline std::vector<float> vbit_width_sweep(uint64_t rows, uint64_t cols, bool rising) {
+  auto v = gaussian(rows * cols, 54);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const int e = static_cast<int>(r % 13) - 6;
+    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, rising ? e : -e);
+  }
+  return v;
+}
+inline std::vector<bool> widths_seen(const quant::VBitView& vb) {
+  std::vector<bool> seen(9, false);
+  for (uint64_t r = 0; r < vb.rows; ++r) seen[vb.width(r)] = true;
+  return seen;
+}
+
 /// Adversarial weights `[rows, cols]` (rows ≥ 11, cols ≥ 64): small gaussians with an all-zero row 3,
 /// a dead 32-group in live row 10 (q2tp ladder rung 0), outliers 40 at (5, 17) and −25 at (6, cols−1),
 /// and a constant-magnitude ±3 row 8.
