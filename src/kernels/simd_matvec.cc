@@ -1095,9 +1095,13 @@ constexpr std::array<uint8_t, 256> kQ1tLowDigits = [] {
 /// (digits 0..3 from a 256-entry table, digit 4 by comparison); each digit plane is one vpdpbusd
 /// against the matching activation plane. The overlay is added by the caller
 /// (add_q1t_overlay). Same per-output operation sequence for every R, T (see tile_q8).
-template <int R, int T>
-CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
-  const uint64_t gpr = pl.gpr, nsb = (gpr + 7) / 8;
+/// One q1t superblock s (8 groups) of R rows × T tokens (see tile_q1t). Full: all 8 groups exist.
+template <bool Full, int R, int T>
+CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const QAct* a, uint64_t s,
+                                    uint64_t pfd, __m512 (&f)[R][T]) {
+  const uint64_t gpr = pl.gpr, g0 = 8 * s;
+  const uint64_t nb =
+      Full ? 8 * quant::kQ1tTileBytes : quant::kQ1tTileBytes * std::min<uint64_t>(8, gpr - g0);
   const __m512i cidx = _mm512_loadu_si512(kQ1tCodeIdx.data()), sidx = _mm512_loadu_si512(kQ1tScaleIdx.data());
   // per group: 243 for code bytes 0..5, 9 for byte 6, 1 for the zeroed pad byte 7
   const __m512i limit = _mm512_set1_epi64(static_cast<long long>(0x0109F3F3F3F3F3F3ull));
@@ -1110,46 +1114,50 @@ CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a
                 lut2 = _mm512_loadu_si512(kQ1tLowDigits.data() + 128),
                 lut3 = _mm512_loadu_si512(kQ1tLowDigits.data() + 192);
   const __mmask64 code_bytes = 0x7F7F7F7F7F7F7F7Full;
+  __m512i u[R][5];
+  __m512 sw[R];
+  for (int k = 0; k < R; ++k) {
+    const uint8_t* tp = pl.q1t.base + (rows[k] * gpr + g0) * quant::kQ1tTileBytes;
+    prefetch(tp + pfd);
+    prefetch(tp + 64 + pfd);
+    const __m512i lo = Full || nb >= 64 ? _mm512_loadu_si512(tp) : _mm512_maskz_loadu_epi8(mask64(nb), tp);
+    const __m512i hi = Full || nb > 64 ? _mm512_maskz_loadu_epi8(mask64(nb - 64), tp + 64) : zero;
+    const __m512i b = _mm512_maskz_permutex2var_epi8(code_bytes, lo, cidx, hi);
+    if (const __mmask64 bad = _mm512_cmpge_epu8_mask(b, limit))
+      fail_q1t_tile(pl, rows[k], g0 + static_cast<uint64_t>(__builtin_ctzll(bad)) / 8);
+    const __m128i hs = _mm512_castsi512_si128(_mm512_permutex2var_epi8(lo, sidx, hi));
+    sw[k] = _mm512_permutexvar_ps(expand, _mm512_castps256_ps512(_mm256_cvtph_ps(hs)));
+    const __m512i lowd =
+        _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), _mm512_permutex2var_epi8(lut0, b, lut1),
+                               _mm512_permutex2var_epi8(lut2, b, lut3));
+    u[k][0] = _mm512_and_si512(lowd, three);
+    u[k][1] = _mm512_and_si512(_mm512_srli_epi16(lowd, 2), three);
+    u[k][2] = _mm512_and_si512(_mm512_srli_epi16(lowd, 4), three);
+    u[k][3] = _mm512_and_si512(_mm512_srli_epi16(lowd, 6), three);
+    const __mmask64 k1 = _mm512_cmpge_epu8_mask(b, c81), k2 = _mm512_cmpge_epu8_mask(b, c162);
+    u[k][4] = _mm512_mask_mov_epi8(_mm512_mask_blend_epi8(k1, one, two), k2, zero);
+  }
+  for (int t = 0; t < T; ++t) {
+    const int8_t* xq = a[t].xq + 320 * s;
+    const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
+    const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+    for (int k = 0; k < R; ++k) {
+      __m512i acc = _mm512_dpbusd_epi32(bias, u[k][0], _mm512_loadu_si512(xq));
+      for (int p = 1; p < 5; ++p) acc = _mm512_dpbusd_epi32(acc, u[k][p], _mm512_loadu_si512(xq + 64 * p));
+      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
+    }
+  }
+}
+
+template <int R, int T>
+CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t nsb = (pl.gpr + 7) / 8, nfull = pl.gpr / 8;
   const uint64_t pfd = prefetch_distance(pl, R);
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t s = 0; s < nsb; ++s) {
-    const uint64_t g0 = 8 * s, nb = quant::kQ1tTileBytes * std::min<uint64_t>(8, gpr - g0);
-    __m512i u[R][5];
-    __m512 sw[R];
-    for (int k = 0; k < R; ++k) {
-      const uint8_t* tp = pl.q1t.base + (rows[k] * gpr + g0) * quant::kQ1tTileBytes;
-      prefetch(tp + pfd);
-      prefetch(tp + 64 + pfd);
-      const __m512i lo = nb >= 64 ? _mm512_loadu_si512(tp) : _mm512_maskz_loadu_epi8(mask64(nb), tp);
-      const __m512i hi = nb > 64 ? _mm512_maskz_loadu_epi8(mask64(nb - 64), tp + 64) : zero;
-      const __m512i b = _mm512_maskz_permutex2var_epi8(code_bytes, lo, cidx, hi);
-      if (const __mmask64 bad = _mm512_cmpge_epu8_mask(b, limit))
-        fail_q1t_tile(pl, rows[k], g0 + static_cast<uint64_t>(__builtin_ctzll(bad)) / 8);
-      const __m128i hs = _mm512_castsi512_si128(_mm512_permutex2var_epi8(lo, sidx, hi));
-      sw[k] = _mm512_permutexvar_ps(expand, _mm512_castps256_ps512(_mm256_cvtph_ps(hs)));
-      const __m512i lowd =
-          _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), _mm512_permutex2var_epi8(lut0, b, lut1),
-                                 _mm512_permutex2var_epi8(lut2, b, lut3));
-      u[k][0] = _mm512_and_si512(lowd, three);
-      u[k][1] = _mm512_and_si512(_mm512_srli_epi16(lowd, 2), three);
-      u[k][2] = _mm512_and_si512(_mm512_srli_epi16(lowd, 4), three);
-      u[k][3] = _mm512_and_si512(_mm512_srli_epi16(lowd, 6), three);
-      const __mmask64 k1 = _mm512_cmpge_epu8_mask(b, c81), k2 = _mm512_cmpge_epu8_mask(b, c162);
-      u[k][4] = _mm512_mask_mov_epi8(_mm512_mask_blend_epi8(k1, one, two), k2, zero);
-    }
-    for (int t = 0; t < T; ++t) {
-      const int8_t* xq = a[t].xq + 320 * s;
-      const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
-      const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-      for (int k = 0; k < R; ++k) {
-        __m512i acc = _mm512_dpbusd_epi32(bias, u[k][0], _mm512_loadu_si512(xq));
-        for (int p = 1; p < 5; ++p) acc = _mm512_dpbusd_epi32(acc, u[k][p], _mm512_loadu_si512(xq + 64 * p));
-        f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
-      }
-    }
-  }
+  for (uint64_t s = 0; s < nfull; ++s) q1t_step<true, R, T>(pl, rows, a, s, pfd, f);
+  if (nfull < nsb) q1t_step<false, R, T>(pl, rows, a, nfull, pfd, f);
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
