@@ -62,7 +62,7 @@ std::vector<uint8_t> run_job(const Job& j, bool allow_nonfinite) {
   const quant::DType t = j.decision.dtype;
   for (size_t i = 0; i < v.size(); ++i) {
     if (!std::isfinite(v[i])) {
-      if (!is_float_dtype(t))
+      if (!quant::is_float_dtype(t))
         fail(ErrorKind::InvalidArgument,
              "tensor '{}': element {} is {}; the integer codec {} cannot store it (store it as a float dtype "
              "with "

@@ -144,10 +144,6 @@ nlohmann::json QuantPlan::to_json() const {
   return j;
 }
 
-bool is_float_dtype(DType t) noexcept {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
 TensorDecision decide(const QuantPlan& plan, const std::string& name, std::span<const uint64_t> shape,
                       bool model_is_moe) {
   TensorDecision d;
@@ -174,7 +170,7 @@ TensorDecision decide(const QuantPlan& plan, const std::string& name, std::span<
     t = is_q2tp_target(name, model_is_moe) ? DType::Q2TP : DType::Q4TP;
     d.reason += t == DType::Q2TP ? " (profile: FFN gate/up)" : " (profile: rest → q4tp)";
   }
-  if (is_float_dtype(t)) {
+  if (quant::is_float_dtype(t)) {
     d.dtype = t;
     return d;
   }

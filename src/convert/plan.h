@@ -77,9 +77,6 @@ struct TensorDecision {
 TensorDecision decide(const QuantPlan& plan, const std::string& name, std::span<const uint64_t> shape,
                       bool model_is_moe);
 
-/// Whether the dtype is a raw float array (f32/f16/bf16).
-bool is_float_dtype(quant::DType t) noexcept;
-
 /// The informational header quant_type for a base choice (FORMAT-NOTES §1.5: q4t/q4tp/q2tp →
 /// Q4_BLOCK, the q1 family and vbit → VBIT).
 cmf::QuantType header_quant_type(const QuantChoice& c) noexcept;

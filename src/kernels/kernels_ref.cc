@@ -111,9 +111,9 @@ static void matmul_rows_ref(const WeightView& w, uint64_t row_begin, uint64_t ro
   const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
   // Quantized tensors: parse the payload once per call, not once per row block (vbit row offsets
   // and q1s outliers are tensor-wide: per block that was O(rows² / 16)).
-  const bool floatw = w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
   std::optional<quant::RowDecoder> dec;
-  if (!floatw && has_kernel(w.dtype) && row_count > 0) dec.emplace(w.dtype, w.shape, w.payload, w.name);
+  if (!quant::is_float_dtype(w.dtype) && has_kernel(w.dtype) && row_count > 0)
+    dec.emplace(w.dtype, w.shape, w.payload, w.name);
   pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
     for (size_t b = b0; b < b1; ++b) {
       const uint64_t r0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, row_count - r0);

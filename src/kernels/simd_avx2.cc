@@ -757,9 +757,9 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
   if (pl.int8) acts = quantize_all(pl, x, n);
   const uint64_t cols = pl.cols;
   const uint64_t nblocks = (row_count + kRowBlock - 1) / kRowBlock;
-  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
   std::optional<quant::RowDecoder> dec;  // blocks without a native decoder: the payload parsed once
-  if (!pl.int8 && !floatw && !native_decode(pl)) dec.emplace(pl.t, pl.w->shape, pl.w->payload, pl.w->name);
+  if (!pl.int8 && !quant::is_float_dtype(pl.t) && !native_decode(pl))
+    dec.emplace(pl.t, pl.w->shape, pl.w->payload, pl.w->name);
   pool.parallel_for(nblocks, [&](size_t b0, size_t b1) {
     BlockState& st = block_state();
     for (size_t b = b0; b < b1; ++b) {

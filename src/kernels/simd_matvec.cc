@@ -296,8 +296,11 @@ struct BlockState {
   // (gsc_stride = gpr rounded up to 16; the padding is zero).
   std::vector<float> gsc;
   uint64_t gsc_stride = 0;
-  std::vector<uint8_t> codes;  // zero-padded copy of a code row the 8-byte reads would overrun
-  std::vector<float> rowbuf;   // decoded rows (exact path)
+  std::vector<uint8_t> codes;  // zero-padded copy of a code row the 16-byte reads would overrun
+  /// Group scales of block-local row i (gsc_stride floats).
+  float* row_scales(uint64_t i) { return gsc.data() + i * gsc_stride; }
+  const float* row_scales(uint64_t i) const { return gsc.data() + i * gsc_stride; }
+  std::vector<float> rowbuf;  // decoded rows (exact path)
 };
 BlockState& block_state() {
   thread_local BlockState s;
@@ -329,9 +332,10 @@ CQ_AVX512 void transpose16(const __m512* in, float* out, size_t stride) {
   }
 }
 
-/// Ladders and code rows of rows [r0, r0+n) (q4tp/q2tp); the ladders as quant::q4tp_ladder /
+/// Ladders and group scales of rows [r0, r0+n) (q4tp/q2tp); the ladders as quant::q4tp_ladder /
 /// q2tp_ladder compute them: t0 = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32. The
-/// 16 rows' chains run in the 16 lanes of one vector (same f32 products), then are transposed.
+/// 16 rows' chains run in the 16 lanes of one vector (same f32 products), then are transposed;
+/// each row's tiles then get their rung (BlockState::row_scales).
 CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) {
   static_assert(kRowBlock == 16, "one ladder lane per row");
   const float* e2 = exp2_f16_table();
@@ -389,7 +393,7 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, BlockState& st) 
       cr = st.codes.data();
     }
     const __m512 l0 = _mm512_loadu_ps(st.lad[i]), l1 = _mm512_loadu_ps(st.lad[i] + 16);
-    float* out = st.gsc.data() + i * st.gsc_stride;
+    float* out = st.row_scales(i);
     for (uint64_t g = 0; g < gpr; g += 16) {
       const __m512i b =
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cr + 10 * (g / 16))));
@@ -567,13 +571,13 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       return;
     case DType::Q4TP: {
       const uint8_t* w = pl.tp.row_weights(r);
-      const float* gs = st.gsc.data() + i * st.gsc_stride;
+      const float* gs = st.row_scales(i);
       for (uint64_t g = 0; g < pl.gpr; ++g) dec_nib32(w + 16 * g, gs[g], out + 32 * g);
       return;
     }
     case DType::Q2TP: {
       const uint8_t* w = pl.tp.row_weights(r);
-      const float* gs = st.gsc.data() + i * st.gsc_stride;
+      const float* gs = st.row_scales(i);
       const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
       const __m512i three = _mm512_set1_epi32(3);
       const __m512 h = _mm512_set1_ps(1.5f);
@@ -843,8 +847,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   }
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
-  pl.int8 = !exact && pl.t != DType::F32 && pl.t != DType::F16 && pl.t != DType::BF16 &&
-            (pl.t != DType::Q1T || simd_vbmi_ok());
+  pl.int8 = !exact && !quant::is_float_dtype(pl.t) && (pl.t != DType::Q1T || simd_vbmi_ok());
   if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch(slot);
     grow(cs.col, pl.cols);
@@ -917,8 +920,7 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
     prefetch(wp + pfd);
     v = ng == 4 ? _mm512_loadu_si512(wp) : _mm512_maskz_loadu_epi8(mask64(16 * ng), wp);
     // group scales from prep_tp (zero-padded to a multiple of 16, so the 4 floats always exist)
-    sw = _mm512_permutexvar_ps(expand,
-                               _mm512_castps128_ps512(_mm_loadu_ps(st.gsc.data() + i * st.gsc_stride + g0)));
+    sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_loadu_ps(st.row_scales(i) + g0)));
   }
 }
 
@@ -1015,7 +1017,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
   const float* gs[R];
   for (int k = 0; k < R; ++k) {
     w[k] = pl.tp.row_weights(rows[k]);
-    gs[k] = st.gsc.data() + li[k] * st.gsc_stride;
+    gs[k] = st.row_scales(li[k]);
   }
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
@@ -1089,12 +1091,6 @@ constexpr std::array<uint8_t, 256> kQ1tLowDigits = [] {
   return a;
 }();
 
-/// q1t: R rows × T tokens over superblocks of 8 groups (Fam::Q1T). Per row and superblock the 8
-/// tiles are gathered with vpermi2b, the code bytes checked (bytes 0..5 < 243, byte 6 < 9: the
-/// exact path's q1t_tile_ok), and the five base-3 digits turned into u = value + 1 ∈ {0, 1, 2}
-/// (digits 0..3 from a 256-entry table, digit 4 by comparison); each digit plane is one vpdpbusd
-/// against the matching activation plane. The overlay is added by the caller
-/// (add_q1t_overlay). Same per-output operation sequence for every R, T (see tile_q8).
 /// One q1t superblock s (8 groups) of R rows × T tokens (see tile_q1t). Full: all 8 groups exist.
 template <bool Full, int R, int T>
 CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const QAct* a, uint64_t s,
@@ -1149,6 +1145,12 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
   }
 }
 
+/// q1t: R rows × T tokens over superblocks of 8 groups (Fam::Q1T). Per row and superblock the 8
+/// tiles are gathered with vpermi2b, the code bytes checked (bytes 0..5 < 243, byte 6 < 9: the
+/// exact path's q1t_tile_ok), and the five base-3 digits turned into u = value + 1 ∈ {0, 1, 2}
+/// (digits 0..3 from a 256-entry table, digit 4 by comparison); each digit plane is one vpdpbusd
+/// against the matching activation plane. The overlay is added by the caller
+/// (add_q1t_overlay). Same per-output operation sequence for every R, T (see tile_q8).
 template <int R, int T>
 CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
   const uint64_t nsb = (pl.gpr + 7) / 8, nfull = pl.gpr / 8;
@@ -1394,7 +1396,7 @@ void run_block(const Job& j, size_t b, BlockState& st) {
   const size_t n = j.n, y_stride = j.y_stride;
   float* y = j.y;
   const bool is_tp = pl.t == DType::Q4TP || pl.t == DType::Q2TP;
-  const bool floatw = pl.t == DType::F32 || pl.t == DType::F16 || pl.t == DType::BF16;
+  const bool floatw = quant::is_float_dtype(pl.t);
   const uint64_t j0 = b * kRowBlock, rc = std::min<uint64_t>(kRowBlock, j.row_count - j0);
   const uint64_t r0 = j.row_begin + j0;
   if (is_tp) prep_tp(pl, r0, rc, st);

@@ -336,10 +336,8 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
     for (const auto& m : b.missing) list += (list.empty() ? "" : ", ") + m;
     fail(ErrorKind::Parse, "arch '{}': missing required tensor(s): {}", a.arch_name, list);
   }
-  using quant::DType;
-  const DType et = impl->embed.dtype;
-  if (et != DType::F32 && et != DType::F16 && et != DType::BF16 && kernels::has_kernel(et))
-    impl->embed_rows.emplace(et, impl->embed.shape, impl->embed.payload, impl->embed.name);
+  if (!quant::is_float_dtype(impl->embed.dtype) && kernels::has_kernel(impl->embed.dtype))
+    impl->embed_rows.emplace(impl->embed.dtype, impl->embed.shape, impl->embed.payload, impl->embed.name);
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 

@@ -589,11 +589,10 @@ RowDecoder::RowDecoder(DType t, std::span<const uint64_t> shape, std::span<const
     : t_(t), payload_(payload), what_(what) {
   if (t == DType::U8 || t == DType::Mix8_4 || t == DType::Q4Col || static_cast<int>(t) >= kNumDTypes)
     fail(ErrorKind::Unsupported, "cannot dequantize dtype {} ({})", static_cast<int>(t), dtype_name(t));
-  // q1t rows are checked as they are decoded (decode's q1t branch), so decoding a block of rows costs
-  // O(block), not O(tensor) (the kernels decode q1t 16 rows at a time).
-  validate_payload(t, shape, payload, what, /*check_rows=*/false);
-  n_ = detail::numel(shape, what);
-  m_ = row_view(shape, n_);
+  // The payload check: for vbit/vbit_ro, q1s and q1t it is their view (validate_payload builds the
+  // same view), so each is parsed once. q1t rows are checked as they are decoded (decode's q1t
+  // branch), so decoding a block of rows costs O(block), not O(tensor) (the kernels decode q1t 16
+  // rows at a time).
   switch (t) {
     case DType::VBit:
     case DType::VBitRo:
@@ -621,11 +620,15 @@ RowDecoder::RowDecoder(DType t, std::span<const uint64_t> shape, std::span<const
       break;
     case DType::Q4TP:
     case DType::Q2TP:
+      validate_payload(t, shape, payload, what);
       tp_ = tp_view(t, shape, payload, what);
       break;
     default:
+      validate_payload(t, shape, payload, what);
       break;
   }
+  n_ = detail::numel(shape, what);
+  m_ = row_view(shape, n_);
 }
 
 void RowDecoder::decode(uint64_t r0, uint64_t cnt, std::span<float> out) const {

@@ -45,6 +45,11 @@ std::optional<DType> dtype_from_id(uint8_t id) noexcept;
 /// Parses a canonical name (as returned by dtype_name); nullopt if unknown.
 std::optional<DType> dtype_from_name(std::string_view name) noexcept;
 
+/// Whether the dtype is a raw float array (f32, f16, bf16): no quantization, elements stored as is.
+constexpr bool is_float_dtype(DType t) noexcept {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
 /// Whether a codec (decode) exists for the dtype: false for mix8_4, q4_col and u8.
 bool dtype_has_codec(DType t) noexcept;
 
