@@ -111,7 +111,8 @@ TEST_P(SimdDtype, AdversarialInputs) {
 TEST_P(SimdDtype, Int8PathIsExactOnRepresentableActivations) {
   const DType t = GetParam();
   if (!simd_supported(t) || t == DType::Q8_2F) GTEST_SKIP();  // q8_2f rescales x by its column field
-  const uint64_t rows = 11, cols = 352;
+  // 29 groups: q4tp's NIBQ quad, pair and a full and a partial NIB superblock
+  const uint64_t rows = 11, cols = 928;
   const Tensor w = make(t, rows, cols, gaussian(rows * cols, 11, 0.1f));
   const auto x = test::int8_representable_activation(cols);
   std::vector<float> ref(rows), yi(rows);
@@ -151,7 +152,8 @@ TEST_P(SimdDtype, MatmulEqualsMatvecsBitwise) {
 TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
   const DType t = GetParam();
   if (!simd_supported(t)) GTEST_SKIP();
-  const uint64_t rows = 37, cols = any_cols(t) ? 200 : 224;
+  // 800 = 25 groups: q4tp's NIBQ quad and pair, then a partial NIB superblock
+  const uint64_t rows = 37, cols = any_cols(t) ? 200 : 800;
   const Tensor w = make(t, rows, cols, gaussian(rows * cols, 31, 0.1f));
   for (size_t n : {2, 3, 4, 7, 9}) {
     const auto X = gaussian(n * cols, 32 + static_cast<uint32_t>(n));
@@ -161,10 +163,12 @@ TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
       for (size_t i = 0; i < n; ++i) {
         const float* xi = X.data() + i * cols;
         matvec_rows_simd(w.view, 0, rows, xi, y.data(), serial_pool(), exact);
-        EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4)) << "n " << n << " token " << i;
+        EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4))
+            << "n " << n << " token " << i << " exact " << exact;
         // a sub-range starting mid-tile gives the same values as the full product
         matvec_rows_simd(w.view, 5, 30, xi, yr.data(), serial_pool(), exact);
-        EXPECT_EQ(0, std::memcmp(yr.data(), y.data() + 5, 30 * 4)) << "n " << n << " token " << i;
+        EXPECT_EQ(0, std::memcmp(yr.data(), y.data() + 5, 30 * 4))
+            << "n " << n << " token " << i << " exact " << exact;
         matvec_rows_ref(w.view, 0, rows, xi, yr.data(), serial_pool());
         for (uint64_t r = 0; r < rows; ++r) {
           const double bound = exact ? exact_bound(w, r, xi, yr[r]) : int8_bound(w, r, xi, yr[r]);
