@@ -100,10 +100,10 @@ enum class Fam : uint8_t {
   // (j = 0..6, zero where 5j+p ≥ 32, byte 7 zero) of group g — the base-3 digit p of code byte j;
   // u8 = ternary value + 1 ∈ {0, 1, 2}, K = 1. Two lanes per group.
   Q1T,
-  // q4tp: the NIB codes, with the row's groups taken 16 (a "quad", 4 superblock slots) or 8 (a
-  // "pair", 2 slots) at a time, so that each int32 lane sums one group's products over several
-  // vpdpbusd and gets one convert / scale / FMA per group (nibq_step); the remaining groups (fewer
-  // than 8) are NIB superblocks. See nibq_split and quantize_act_nibq for the lane layout.
+  // q4tp and q4_block: the NIB codes, with the row's groups taken 16 (a "quad", 4
+  // superblock slots) or 8 (a "pair", 2 slots) at a time, so that each int32 lane sums one group's products
+  // over several vpdpbusd and gets one convert / scale / FMA per group (nibq_step); the remaining groups
+  // (fewer than 8) are NIB superblocks. See nibq_split and quantize_act_nibq for the lane layout.
   NIBQ,
 };
 
@@ -885,9 +885,11 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       break;
     case DType::Q4Block:
       pl.scales = pl.p + 16 * ((n + 31) / 32);
-      pl.fam = Fam::NIB;
+      pl.fam = Fam::NIBQ;
       break;
     case DType::Q4Tiled:
+      // NIB: a NIBQ version that picked the 18-byte tiles apart with vpermt2b / vpermb measured
+      // 1.3–1.5× slower on Zen 5 (the shuffles, and the 8-row tile's accumulators spilled)
       pl.fam = Fam::NIB;
       break;
     case DType::Q4TP:
@@ -1100,54 +1102,78 @@ CQ_AVX512 inline void nib_step(const Plan& pl, const BlockState& st, const uint6
   }
 }
 
-/// One NIBQ chunk (NS = 4: quad of 16 groups, NS = 2: pair of 8) at superblock slot s0 of R q4tp
-/// rows × T tokens. Each row's NS weight superblocks are transposed as dwords within 128-bit lanes
-/// (the layout of quantize_act_nibq), split into 2·NS nibble registers and applied to every token:
-/// one int32 accumulator collects a whole group per lane over 2·NS vpdpbusd, then one convert and
-/// one FMA with (activation scale × group scale) per group.
-template <int NS, int R, int T>
+/// Transposes the NS weight superblocks of a NIBQ chunk (sb[s]: groups 4s…4s+3 of the chunk, 16 code
+/// bytes each) as dwords within 128-bit lanes into tr, the layout quantize_act_nibq describes.
+template <int NS>
+CQ_AVX512 inline void nibq_transpose(const __m512i (&sb)[NS], __m512i (&tr)[NS]) {
+  if constexpr (NS == 4) {
+    const __m512i a0 = _mm512_unpacklo_epi32(sb[0], sb[1]), a1 = _mm512_unpackhi_epi32(sb[0], sb[1]);
+    const __m512i b0 = _mm512_unpacklo_epi32(sb[2], sb[3]), b1 = _mm512_unpackhi_epi32(sb[2], sb[3]);
+    tr[0] = _mm512_unpacklo_epi64(a0, b0);
+    tr[1] = _mm512_unpackhi_epi64(a0, b0);
+    tr[2] = _mm512_unpacklo_epi64(a1, b1);
+    tr[3] = _mm512_unpackhi_epi64(a1, b1);
+  } else {
+    tr[0] = _mm512_unpacklo_epi64(sb[0], sb[1]);
+    tr[1] = _mm512_unpackhi_epi64(sb[0], sb[1]);
+  }
+}
+
+/// One row's transposed NIBQ chunk (tr, chunk at superblock slot s0) with its group scales in lane
+/// order (sw) applied to T tokens: the low / high nibbles of each register against activation
+/// registers 2j / 2j + 1, one int32 accumulator per token that collects whole groups per lane, then
+/// one convert and one FMA with (activation scale × group scale): f[t] += Σ_lanes.
+template <int NS, int T>
+CQ_AVX512 inline void nibq_apply(const __m512i (&tr)[NS], __m512 sw, const QAct* a, uint64_t s0, __m512* f) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i w[2 * NS];
+  for (int j = 0; j < NS; ++j) {
+    w[2 * j] = _mm512_and_si512(tr[j], m4);
+    w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(tr[j], 4), m4);
+  }
+  for (int t = 0; t < T; ++t) {
+    const int8_t* x = a[t].xq + 128 * s0;
+    __m512i acc = _mm512_loadu_si512(a[t].bias + 16 * s0);
+    for (int j = 0; j < 2 * NS; ++j) acc = _mm512_dpbusd_epi32(acc, w[j], _mm512_loadu_si512(x + 64 * j));
+    f[t] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_loadu_ps(a[t].d + 16 * s0), sw), f[t]);
+  }
+}
+
+/// One NIBQ chunk (NS = 4: quad of 16 groups, NS = 2: pair of 8) at superblock slot s0 of R rows ×
+/// T tokens, for the codecs whose code bytes are 16 per group back to back: q4tp (group scales from
+/// prep_tp) and q4_block (f16 scales in their own plane). Each row's chunk is loaded, transposed
+/// and applied to every token in turn.
+template <DType D, int NS, int R, int T>
 CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint64_t* rows,
                                 const uint64_t* li, const QAct* a, uint64_t s0, uint64_t pfd,
                                 __m512 (&f)[R][T]) {
-  constexpr int NR = 2 * NS;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i gmap = _mm512_load_si512(NS == 4 ? kNibqQuadGroup : kNibqPairGroup);
   const uint64_t g0 = 4 * s0;
   for (int k = 0; k < R; ++k) {
-    const uint8_t* wp = pl.tp.row_weights(rows[k]) + 16 * g0;
-    __m512i sb[NS], tr[NS], w[NR];
+    const uint8_t* wp =
+        D == DType::Q4TP ? pl.tp.row_weights(rows[k]) + 16 * g0 : pl.p + 16 * (rows[k] * pl.gpr + g0);
+    __m512i sb[NS], tr[NS];
     for (int j = 0; j < NS; ++j) {
       prefetch(wp + 64 * j + pfd);
       sb[j] = _mm512_loadu_si512(wp + 64 * j);
     }
-    if constexpr (NS == 4) {
-      const __m512i a0 = _mm512_unpacklo_epi32(sb[0], sb[1]), a1 = _mm512_unpackhi_epi32(sb[0], sb[1]);
-      const __m512i b0 = _mm512_unpacklo_epi32(sb[2], sb[3]), b1 = _mm512_unpackhi_epi32(sb[2], sb[3]);
-      tr[0] = _mm512_unpacklo_epi64(a0, b0);
-      tr[1] = _mm512_unpackhi_epi64(a0, b0);
-      tr[2] = _mm512_unpacklo_epi64(a1, b1);
-      tr[3] = _mm512_unpackhi_epi64(a1, b1);
+    __m512 sc;
+    if constexpr (D == DType::Q4TP) {
+      sc = _mm512_loadu_ps(st.row_scales(li[k]) + g0);
     } else {
-      tr[0] = _mm512_unpacklo_epi64(sb[0], sb[1]);
-      tr[1] = _mm512_unpackhi_epi64(sb[0], sb[1]);
+      const __m256i h =
+          _mm256_maskz_loadu_epi16(NS == 4 ? 0xFFFF : 0x00FF, pl.scales + 2 * (rows[k] * pl.gpr + g0));
+      sc = _mm512_cvtph_ps(h);
     }
-    for (int j = 0; j < NS; ++j) {
-      w[2 * j] = _mm512_and_si512(tr[j], m4);
-      w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(tr[j], 4), m4);
-    }
-    const __m512 sw = _mm512_permutexvar_ps(gmap, _mm512_loadu_ps(st.row_scales(li[k]) + g0));
-    for (int t = 0; t < T; ++t) {
-      const int8_t* x = a[t].xq + 128 * s0;
-      __m512i acc = _mm512_loadu_si512(a[t].bias + 16 * s0);
-      for (int j = 0; j < NR; ++j) acc = _mm512_dpbusd_epi32(acc, w[j], _mm512_loadu_si512(x + 64 * j));
-      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(_mm512_loadu_ps(a[t].d + 16 * s0), sw),
-                                f[k][t]);
-    }
+    nibq_transpose<NS>(sb, tr);
+    nibq_apply<NS, T>(tr, _mm512_permutexvar_ps(gmap, sc), a, s0, f[k]);
   }
 }
 
-/// q4tp: R rows × T tokens over the NIBQ chunks, then the remaining groups as NIB superblocks.
-template <int R, int T>
+/// q4tp / q4_block: R rows × T tokens over the NIBQ chunks, then the remaining groups as NIB
+/// superblocks.
+template <DType D, int R, int T>
 CQ_AVX512 void tile_nibq(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                          const QAct* a, float* out) {
   const NibqSplit sp = nibq_split(pl.gpr);
@@ -1156,11 +1182,11 @@ CQ_AVX512 void tile_nibq(const Plan& pl, const BlockState& st, const uint64_t* r
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t q = 0; q < sp.nq; ++q) nibq_step<4, R, T>(pl, st, rows, li, a, 4 * q, pfd, f);
-  if (sp.np) nibq_step<2, R, T>(pl, st, rows, li, a, 4 * sp.nq, pfd, f);
+  for (uint64_t q = 0; q < sp.nq; ++q) nibq_step<D, 4, R, T>(pl, st, rows, li, a, 4 * q, pfd, f);
+  if (sp.np) nibq_step<D, 2, R, T>(pl, st, rows, li, a, 4 * sp.nq, pfd, f);
   for (uint64_t s = sp.first_nib_slot(); s < nfull; ++s)
-    nib_step<DType::Q4TP, true, R, T>(pl, st, rows, li, a, s, pfd, f);
-  if (nfull < nsb) nib_step<DType::Q4TP, false, R, T>(pl, st, rows, li, a, nfull, pfd, f);
+    nib_step<D, true, R, T>(pl, st, rows, li, a, s, pfd, f);
+  if (nfull < nsb) nib_step<D, false, R, T>(pl, st, rows, li, a, nfull, pfd, f);
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
@@ -1470,10 +1496,10 @@ CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* r
         tile_nib<DType::Q4Tiled, R, T>(pl, st, rows, li, a, out);
         break;
       case DType::Q4Block:
-        tile_nib<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
+        tile_nibq<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
         break;
       default:
-        tile_nibq<R, T>(pl, st, rows, li, a, out);
+        tile_nibq<DType::Q4TP, R, T>(pl, st, rows, li, a, out);
         break;
     }
 }
