@@ -120,7 +120,8 @@ TEST(Kernels, SimdTierSelectsTheKernel) {
 }
 
 // matmul_multi equals separate matmul calls bit for bit in every tier and mode, with dtypes that
-// need per-product scratch (two q8_2f column fields, two activation layouts) in one call.
+// need per-product scratch in one call: two q8_2f column fields (each folds its own into the
+// activation, so they must not share it) and vbit before q4tp (int8 layouts that differ).
 TEST(Kernels, MatmulMultiEqualsSeparateMatmuls) {
   using quant::DType;
   const uint64_t cols = 160;
@@ -130,12 +131,13 @@ TEST(Kernels, MatmulMultiEqualsSeparateMatmuls) {
   const auto d = make(DType::F16, 17, cols, randv(17 * cols, 14));
   // vbit: the reference in the AVX2 and scalar tiers, a per-product scratch view in AVX-512's
   const auto e = make(DType::VBit, 9, cols, randv(9 * cols, 15));
-  const std::vector<const WeightView*> ws{&a.view, &b.view, &c.view, &d.view, &e.view};
+  const auto g = make(DType::Q4Block, 11, cols, randv(11 * cols, 18));
+  const std::vector<const WeightView*> ws{&a.view, &b.view, &e.view, &c.view, &g.view, &d.view};
   ThreadPool pool(2);
   for (SimdTier t : {SimdTier::Avx512, SimdTier::Avx2, SimdTier::Scalar})
     for (MatmulMode mode : {MatmulMode::Fast, MatmulMode::Exact})
       for (size_t n : {size_t{1}, size_t{3}})
-        for (size_t m : {size_t{4}, size_t{5}}) {  // 5 > the AVX-512 call's scratch slots
+        for (size_t m : {size_t{4}, size_t{6}}) {  // 6 > the AVX-512 call's scratch slots
           ScopedSimdTier st(t);
           ScopedMatmulMode sm(mode);
           const auto x = randv(n * cols, 16);

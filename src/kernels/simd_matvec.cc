@@ -976,20 +976,28 @@ struct ActSet {
   const int32_t* bias = nullptr;
   QAct at(size_t i) const { return {xq + i * sz.xq_bytes, d + i * sz.lanes, bias + i * sz.lanes}; }
 };
-ActSet quantize_all(const Plan& pl, const float* x, size_t n, size_t slot = 0) {
+ActSet quantize_all(const Plan& pl, const float* x, size_t n, ThreadPool& pool, size_t slot = 0) {
   auto& cs = call_scratch(slot);
   ActSet a;
   a.sz = qact_size(pl.fam, pl.cols);
   grow(cs.xq, n * a.sz.xq_bytes);
   grow(cs.d, n * a.sz.lanes);
   grow(cs.bias, n * a.sz.lanes);
-  for (size_t i = 0; i < n; ++i)
-    quantize_act(pl.fam, x + i * pl.cols, pl.t == DType::Q8_2F ? pl.col : nullptr, pl.cols,
-                 cs.xq.data() + i * a.sz.xq_bytes, cs.d.data() + i * a.sz.lanes,
-                 cs.bias.data() + i * a.sz.lanes);
   a.xq = cs.xq.data();
   a.d = cs.d.data();
   a.bias = cs.bias.data();
+  const auto rows = [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i)
+      quantize_act(pl.fam, x + i * pl.cols, pl.t == DType::Q8_2F ? pl.col : nullptr, pl.cols,
+                   cs.xq.data() + i * a.sz.xq_bytes, cs.d.data() + i * a.sz.lanes,
+                   cs.bias.data() + i * a.sz.lanes);
+  };
+  // Tokens are quantized independently (same values for any split); a batch is split over the pool
+  // (pp512 prefill: 512 rows per product, serial on the caller before).
+  if (n >= 2)
+    pool.parallel_for(n, rows);
+  else
+    rows(0, n);
   return a;
 }
 
@@ -1680,7 +1688,7 @@ void finish_q1s(const Job& j, ThreadPool& pool) {
 void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x, size_t n, float* y,
          size_t y_stride, ThreadPool& pool) {
   Job j{&pl, row_begin, row_count, x, n, y, y_stride, {}};
-  if (pl.int8) j.acts = quantize_all(pl, x, n);
+  if (pl.int8) j.acts = quantize_all(pl, x, n, pool);
   run(std::span<const Job>(&j, 1), pool);
   finish_q1s(j, pool);
 }
@@ -1725,7 +1733,17 @@ void matmul_multi_simd(std::span<const WeightView* const> ws, const float* x, si
            plans[nj].cols, ws[0]->name, plans[0].cols);
     Job& j = jobs[nj];
     j = Job{&plans[nj], 0, plans[nj].rows, x, n, ys[i], plans[nj].rows, {}};
-    if (plans[nj].int8) j.acts = quantize_all(plans[nj], x, n, nj);
+    if (plans[nj].int8) {
+      // products of one activation in the same layout share its quantization (q/k/v, gate/up);
+      // q8_2f folds its own column field into it
+      const auto same = [&](size_t k) {
+        return plans[k].int8 && plans[k].fam == plans[nj].fam && plans[k].t != DType::Q8_2F &&
+               plans[nj].t != DType::Q8_2F;
+      };
+      size_t k = 0;
+      while (k < nj && !same(k)) ++k;
+      j.acts = k < nj ? jobs[k].acts : quantize_all(plans[nj], x, n, pool, nj);
+    }
     ++nj;
   }
   run(std::span<const Job>(jobs.data(), nj), pool);

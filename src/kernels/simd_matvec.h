@@ -30,8 +30,9 @@
 //
 // Threads: output rows are split in contiguous blocks of 16 over the ThreadPool; each output is
 // computed by one thread with arithmetic that does not depend on the split, so results are
-// bit-identical for any thread count. The int8 activation quantization runs once on the caller
-// before the split. Scratch buffers are thread_local and only grow (no allocation once warm).
+// bit-identical for any thread count. The int8 activation quantization runs before the row split
+// (a batch's tokens spread over the pool, each token quantized on its own; the products of one
+// matmul_multi call whose activation layouts match share it). Scratch buffers are thread_local and only grow (no allocation once warm).
 #pragma once
 
 #include <cstddef>
