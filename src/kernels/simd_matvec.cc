@@ -100,10 +100,10 @@ enum class Fam : uint8_t {
   // (j = 0..6, zero where 5j+p ≥ 32, byte 7 zero) of group g — the base-3 digit p of code byte j;
   // u8 = ternary value + 1 ∈ {0, 1, 2}, K = 1. Two lanes per group.
   Q1T,
-  // q4tp and q4_block: the NIB codes, with the row's groups taken 16 (a "quad", 4
-  // superblock slots) or 8 (a "pair", 2 slots) at a time, so that each int32 lane sums one group's products
-  // over several vpdpbusd and gets one convert / scale / FMA per group (nibq_step); the remaining groups
-  // (fewer than 8) are NIB superblocks. See nibq_split and quantize_act_nibq for the lane layout.
+  // q4tp and q4_block: the NIB codes, with the row's groups taken 16 (a "quad", 4 superblock
+  // slots) or 8 (a "pair", 2 slots) at a time, so that each int32 lane sums one group's products
+  // over several vpdpbusd and gets one convert / scale / FMA per group (nibq_step); the remaining
+  // groups (fewer than 8) are NIB superblocks. See nibq_split and quantize_act_nibq for the lanes.
   NIBQ,
 };
 
@@ -162,6 +162,25 @@ alignas(64) constexpr int32_t kNibqPairGroup[16] = {0, 0, 4, 4, 1, 1, 5, 5, 2, 2
 CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
                             int32_t* bias);
 
+/// One 32-column block of the int8 activation, llama.cpp q8_0 style: x[c0 .. c0+n) (times col[c]
+/// when col != nullptr; n ≤ 32, missing columns are 0), q = rne(x·127/absmax) saturated to int8 in
+/// q0 (elements 0–15) and q1 (16–31) as int32 lanes. Returns absmax (the block's scale is
+/// absmax/127).
+CQ_AVX512 inline float quantize_block32(const float* x, const float* col, uint64_t c0, uint64_t n,
+                                        __m512i& q0, __m512i& q1) {
+  const __mmask16 m0 = mask16(n), m1 = n > 16 ? mask16(n - 16) : __mmask16(0);
+  __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0), v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+  if (col) {
+    v0 = _mm512_mul_ps(v0, _mm512_maskz_loadu_ps(m0, col + c0));
+    v1 = _mm512_mul_ps(v1, _mm512_maskz_loadu_ps(m1, col + c0 + 16));
+  }
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+  q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+  return amax;
+}
+
 /// One NIBQ chunk of NS = ns superblocks at slot s0 (see quantize_act_nibq).
 CQ_AVX512 void quantize_nibq_chunk(const float* x, const float* col, uint64_t s0, int ns, int8_t* xq,
                                    float* d, int32_t* bias) {
@@ -173,18 +192,12 @@ CQ_AVX512 void quantize_nibq_chunk(const float* x, const float* col, uint64_t s0
   const int32_t* gmap = ns == 4 ? kNibqQuadGroup : kNibqPairGroup;
   float gd[16];
   for (int g = 0; g < 4 * ns; ++g) {
-    const uint64_t c0 = 32 * (4 * s0 + static_cast<uint64_t>(g));
-    __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
-    if (col) {
-      v0 = _mm512_mul_ps(v0, _mm512_loadu_ps(col + c0));
-      v1 = _mm512_mul_ps(v1, _mm512_loadu_ps(col + c0 + 16));
-    }
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
-    const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
+    __m512i q0, q1;
+    const float amax = quantize_block32(x, col, 32 * (4 * s0 + static_cast<uint64_t>(g)), 32, q0, q1);
     alignas(32) uint32_t dw[8];  // dword j = 2m + h
-    _mm256_store_si256(reinterpret_cast<__m256i*>(dw), _mm256_shuffle_epi8(_mm256_set_m128i(q1, q0), perm));
+    _mm256_store_si256(
+        reinterpret_cast<__m256i*>(dw),
+        _mm256_shuffle_epi8(_mm256_set_m128i(_mm512_cvtsepi32_epi8(q1), _mm512_cvtsepi32_epi8(q0)), perm));
     gd[g] = amax / 127.0f;
     for (int m = 0; m < 4; ++m)
       for (int h = 0; h < 2; ++h) {
@@ -236,17 +249,9 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
   for (uint64_t s = 0; s < sz.nsb; ++s) {
     for (uint64_t j = 0; j < bps; ++j) {
       const uint64_t c0 = (s * bps + j) * 32;
-      const uint64_t n = c0 < cols ? std::min<uint64_t>(32, cols - c0) : 0;
-      const __mmask16 m0 = mask16(n), m1 = n > 16 ? mask16(n - 16) : __mmask16(0);
-      __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0), v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
-      if (col) {
-        v0 = _mm512_mul_ps(v0, _mm512_maskz_loadu_ps(m0, col + c0));
-        v1 = _mm512_mul_ps(v1, _mm512_maskz_loadu_ps(m1, col + c0 + 16));
-      }
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+      __m512i q0, q1;
+      const float amax =
+          quantize_block32(x, col, c0, c0 < cols ? std::min<uint64_t>(32, cols - c0) : 0, q0, q1);
       switch (f) {
         case Fam::Q8:
         case Fam::Q1:
@@ -255,7 +260,7 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
           break;
         case Fam::NIB:
         case Fam::NIBV:
-        case Fam::NIBQ: {  // (NIBQ's NIB superblocks; its chunks are quantize_act_nibq's)
+        case Fam::NIBQ: {  // not reached (returned above; its NIB superblocks come here as NIB)
           int8_t* base = xq + s * 128 + 16 * j;
           _mm_storeu_si128(reinterpret_cast<__m128i*>(base),
                            _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(q0, even, q1)));
@@ -1179,26 +1184,8 @@ CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint
   }
 }
 
-/// q4tp / q4_block: R rows × T tokens over the NIBQ chunks, then the remaining groups as NIB
-/// superblocks.
-template <DType D, int R, int T>
-CQ_AVX512 void tile_nibq(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
-                         const QAct* a, float* out) {
-  const NibqSplit sp = nibq_split(pl.gpr);
-  const uint64_t nsb = (pl.gpr + 3) / 4, nfull = pl.gpr / 4;
-  const uint64_t pfd = prefetch_distance(pl, R);
-  __m512 f[R][T];
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t q = 0; q < sp.nq; ++q) nibq_step<D, 4, R, T>(pl, st, rows, li, a, 4 * q, pfd, f);
-  if (sp.np) nibq_step<D, 2, R, T>(pl, st, rows, li, a, 4 * sp.nq, pfd, f);
-  for (uint64_t s = sp.first_nib_slot(); s < nfull; ++s)
-    nib_step<D, true, R, T>(pl, st, rows, li, a, s, pfd, f);
-  if (nfull < nsb) nib_step<D, false, R, T>(pl, st, rows, li, a, nfull, pfd, f);
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
-}
-
+/// The nibble codecs: R rows × T tokens. q4tp and q4_block (Fam::NIBQ) take the NIBQ chunks first;
+/// the remaining groups (all of q4_tiled's) go as NIB superblocks.
 template <DType D, int R, int T>
 CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                         const QAct* a, float* out) {
@@ -1207,7 +1194,14 @@ CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* ro
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t s = 0; s < nfull; ++s) nib_step<D, true, R, T>(pl, st, rows, li, a, s, pfd, f);
+  uint64_t s0 = 0;  // first NIB superblock slot
+  if constexpr (D == DType::Q4TP || D == DType::Q4Block) {
+    const NibqSplit sp = nibq_split(pl.gpr);
+    for (uint64_t q = 0; q < sp.nq; ++q) nibq_step<D, 4, R, T>(pl, st, rows, li, a, 4 * q, pfd, f);
+    if (sp.np) nibq_step<D, 2, R, T>(pl, st, rows, li, a, 4 * sp.nq, pfd, f);
+    s0 = sp.first_nib_slot();
+  }
+  for (uint64_t s = s0; s < nfull; ++s) nib_step<D, true, R, T>(pl, st, rows, li, a, s, pfd, f);
   if (nfull < nsb) nib_step<D, false, R, T>(pl, st, rows, li, a, nfull, pfd, f);
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
@@ -1504,10 +1498,10 @@ CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* r
         tile_nib<DType::Q4Tiled, R, T>(pl, st, rows, li, a, out);
         break;
       case DType::Q4Block:
-        tile_nibq<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
+        tile_nib<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
         break;
       default:
-        tile_nibq<DType::Q4TP, R, T>(pl, st, rows, li, a, out);
+        tile_nib<DType::Q4TP, R, T>(pl, st, rows, li, a, out);
         break;
     }
 }

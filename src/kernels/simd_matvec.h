@@ -32,7 +32,8 @@
 // computed by one thread with arithmetic that does not depend on the split, so results are
 // bit-identical for any thread count. The int8 activation quantization runs before the row split
 // (a batch's tokens spread over the pool, each token quantized on its own; the products of one
-// matmul_multi call whose activation layouts match share it). Scratch buffers are thread_local and only grow (no allocation once warm).
+// matmul_multi call whose activation layouts match share it). Scratch buffers are thread_local and
+// only grow (no allocation once warm).
 #pragma once
 
 #include <cstddef>
