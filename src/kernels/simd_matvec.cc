@@ -91,7 +91,11 @@ using simd_detail::kRowBlock;
 /// per superblock with `16/(sb/32)` lanes per 32-block; each lane carries the integer bias −K·Σq that undoes
 /// the unsigned weight offset.
 enum class Fam : uint8_t {
-  Q8,    // natural order, 64 cols (2 blocks); weights s8 xor 0x80 → u8 = w + 128, K = 128
+  // natural order, 64 cols; weights s8 xor 0x80 → u8 = w + 128, K = 128. The quantization blocks
+  // are lane blocks, not runs of 32 columns: superblocks are taken 8 at a time (a chunk, 512
+  // columns), and lane j's block is the chunk's columns 64s + 4j … 64s + 4j + 3 — what vpdpbusd
+  // sums into int32 lane j. One convert / scale / FMA per chunk (quantize_act_q8, tile_q8).
+  Q8,
   Q1,    // natural order, 64 cols; u8 = 2·bit, w = 2·bit − 1, K = 1
   NIB,   // 128 cols (4 blocks): [evens of b0..b3 | odds of b0..b3]; u8 = nibble, K = 8
   NIBV,  // the NIB layout with K = 1: vbit codes, whose offset L varies per row (tile_vbit scales the bias)
@@ -137,6 +141,10 @@ QActSize qact_size(Fam f, uint64_t cols) {
   const uint64_t sb = fam_sb(f), nsb = (cols + sb - 1) / sb;
   return {nsb, nsb * fam_xq_sb(f), nsb * 16};
 }
+
+/// Superblocks per Fam::Q8 chunk: 8 · 64 columns, so every lane block of a whole chunk has 32
+/// columns, and a lane's int32 sum stays < 2^31 (32 · 255 · 128).
+constexpr uint64_t kQ8Chunk = 8;
 
 inline __mmask16 mask16(uint64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
@@ -234,10 +242,56 @@ CQ_AVX512 void quantize_act_nibq(const float* x, const float* col, uint64_t cols
                  bias + 16 * s1);
 }
 
+/// x[c .. c+16) (times col when col != nullptr), zero past cols.
+CQ_AVX512 inline __m512 load_act16(const float* x, const float* col, uint64_t cols, uint64_t c) {
+  const __mmask16 m = c < cols ? mask16(cols - c) : __mmask16(0);
+  const __m512 v = _mm512_maskz_loadu_ps(m, x + c);
+  return col ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, col + c)) : v;
+}
+
+/// Fam::Q8 activation of x[cols] (times col[c] when col != nullptr): xq in natural column order
+/// (zero past cols, up to the last whole superblock); chunk k (superblocks 8k … 8k + 7, fewer in
+/// the last chunk) has 16 scales at d + 16·k and 16 biases at bias + 16·k. Lane j of a chunk of ns
+/// superblocks quantizes its 4·ns columns {64s + 4j + i : s in the chunk, i < 4} as one block:
+/// d_j = absmax_j/127, q = rne(x·127/absmax_j) (llama.cpp's q8_0 rule over 32 columns when ns = 8);
+/// bias_j = −128·Σ q over the block.
+CQ_AVX512 void quantize_act_q8(const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
+                               int32_t* bias) {
+  const uint64_t nsb = (cols + 63) / 64;
+  // lane (4-float group) j of 16 → its 4 floats in register j/4: expand[r] picks lane 4r + i/4
+  const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  for (uint64_t s0 = 0, k = 0; s0 < nsb; s0 += kQ8Chunk, ++k) {
+    const uint64_t ns = std::min<uint64_t>(kQ8Chunk, nsb - s0);
+    __m512 mx[4];
+    for (auto& m : mx) m = _mm512_setzero_ps();
+    for (uint64_t s = s0; s < s0 + ns; ++s)
+      for (int r = 0; r < 4; ++r) mx[r] = _mm512_max_ps(mx[r], _mm512_abs_ps(load_act16(x, col, cols, 64 * s + 16 * r)));
+    alignas(64) float m64[64], id[16];
+    for (int r = 0; r < 4; ++r) _mm512_store_ps(m64 + 16 * r, mx[r]);
+    for (int j = 0; j < 16; ++j) {
+      const float amax = std::max(std::max(m64[4 * j], m64[4 * j + 1]), std::max(m64[4 * j + 2], m64[4 * j + 3]));
+      d[16 * k + j] = amax / 127.0f;
+      id[j] = amax > 0.0f ? 127.0f / amax : 0.0f;
+    }
+    __m512 idv[4];
+    for (int r = 0; r < 4; ++r)
+      idv[r] = _mm512_permutexvar_ps(_mm512_add_epi32(expand, _mm512_set1_epi32(4 * r)), _mm512_load_ps(id));
+    __m512i acc = _mm512_setzero_si512();
+    for (uint64_t s = s0; s < s0 + ns; ++s) {
+      for (int r = 0; r < 4; ++r)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + 64 * s + 16 * r),
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(load_act16(x, col, cols, 64 * s + 16 * r), idv[r]))));
+      acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), _mm512_loadu_si512(xq + 64 * s));
+    }
+    _mm512_storeu_si512(bias + 16 * k, _mm512_mullo_epi32(acc, _mm512_set1_epi32(-fam_k(Fam::Q8))));
+  }
+}
+
 /// Quantizes x[cols] (times col[c] when col != nullptr) into the family layout.
 CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
                             int32_t* bias) {
   if (f == Fam::NIBQ) return quantize_act_nibq(x, col, cols, xq, d, bias);
+  if (f == Fam::Q8) return quantize_act_q8(x, col, cols, xq, d, bias);
   const QActSize sz = qact_size(f, cols);
   const uint64_t bps = fam_sb(f) / 32, lanes = 16 / bps;
   const int32_t K = fam_k(f);
@@ -253,7 +307,7 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
       const float amax =
           quantize_block32(x, col, c0, c0 < cols ? std::min<uint64_t>(32, cols - c0) : 0, q0, q1);
       switch (f) {
-        case Fam::Q8:
+        case Fam::Q8:  // not reached (quantize_act_q8)
         case Fam::Q1:
           _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0), _mm512_cvtsepi32_epi8(q0));
           _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + c0 + 16), _mm512_cvtsepi32_epi8(q1));
@@ -1054,11 +1108,11 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
 // matmul (T > 1) results are bit-identical. rows[k]: tensor row, li[k]: block-local index,
 // out[k·T + t]: Σ for row k and token t.
 
-/// One Q8-family superblock s (64 columns) of R rows × T tokens (see tile_q8). Full: all 64 columns
-/// exist (the hot loop: plain loads, no mask).
+/// One Q8-family superblock s (64 columns) of R rows × T tokens: acc[k][t] += the int32 lane sums
+/// (see tile_q8). Full: all 64 columns exist (the hot loop: plain loads, no mask).
 template <bool Full, int R, int T>
 CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s, uint64_t cols, uint64_t pfd,
-                              __m512 (&f)[R][T]) {
+                              __m512i (&acc)[R][T]) {
   const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i wv[R];
   for (int k = 0; k < R; ++k) prefetch(w[k] + 64 * s + pfd);
@@ -1067,13 +1121,14 @@ CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s,
                                   : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w[k] + 64 * s),
                              x80);
   for (int t = 0; t < T; ++t) {
-    const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s), bias = _mm512_loadu_si512(a[t].bias + 16 * s);
-    const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-    for (int k = 0; k < R; ++k)
-      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv[k], xq)), d, f[k][t]);
+    const __m512i xq = _mm512_loadu_si512(a[t].xq + 64 * s);
+    for (int k = 0; k < R; ++k) acc[k][t] = _mm512_dpbusd_epi32(acc[k][t], wv[k], xq);
   }
 }
 
+/// q8_row / q8_2f: R rows × T tokens. Each chunk of kQ8Chunk superblocks sums into int32 lanes
+/// (starting from the activation's bias), then gets one convert and one FMA with the lane scales
+/// (quantize_act_q8); the row's f16 scale multiplies the reduced sum.
 template <int R, int T>
 CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
   const uint64_t cols = pl.cols, nsb = (cols + 63) / 64, nfull = cols / 64;
@@ -1083,8 +1138,24 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
   __m512 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm512_setzero_ps();
-  for (uint64_t s = 0; s < nfull; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, f);
-  if (nfull < nsb) q8_step<false, R, T>(w, a, nfull, cols, pfd, f);
+  for (uint64_t s0 = 0; s0 < nsb; s0 += kQ8Chunk) {
+    const uint64_t l = 16 * (s0 / kQ8Chunk), s1 = std::min(s0 + kQ8Chunk, nsb);
+    __m512i acc[R][T];
+    for (int t = 0; t < T; ++t) {
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + l);
+      for (int k = 0; k < R; ++k) acc[k][t] = bias;
+    }
+    if (s1 <= nfull && s1 - s0 == kQ8Chunk) {
+      for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+    } else {
+      for (uint64_t s = s0; s < std::min(s1, nfull); ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+      if (nfull < s1) q8_step<false, R, T>(w, a, nfull, cols, pfd, acc);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 d = _mm512_loadu_ps(a[t].d + l);
+      for (int k = 0; k < R; ++k) f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k][t]), d, f[k][t]);
+    }
+  }
   for (int k = 0; k < R; ++k) {
     const float sc = f16_to_f32(load_le<uint16_t>(pl.scales + 2 * rows[k]));
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]) * sc;
@@ -1530,8 +1601,9 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
   }
 }
 
-/// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 4 rows × 4 tokens
-/// (matmul) / 8 rows (matvec); the nibble and 2-bit codecs 4 rows × 3 tokens / 4 rows (with the
+/// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 8 rows (matvec) /
+/// 4 rows × 2 tokens (matmul: since the chunked int32 sums, 4 × 4 spills; on Zen 5 matmul_n64 3.0 →
+/// 1.9 ms against 2.3 ms for 4 × 4 and 2.5 ms for 2 × 4); the nibble and 2-bit codecs 4 rows × 3 tokens / 4 rows (with the
 /// codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the nibble
 /// codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads):
 /// 8 rows (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
@@ -1555,9 +1627,9 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
       block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else
       block_int8_rt<4, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-  } else if (n == 2)
+  } else if (n == 2 || (n > 1 && pl.fam == Fam::Q8))  // q8: an odd n pads one token
     block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-  else if (n > 1 && (pl.fam == Fam::Q8 || n % 4 == 0))
+  else if (n > 1 && n % 4 == 0)
     block_int8_rt<4, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (n > 1)
     block_int8_rt<4, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);

@@ -95,13 +95,27 @@ inline std::vector<float> adversarial_activation(uint64_t cols) {
   return x;
 }
 
-/// An activation [cols] the per-32-block int8 quantizer represents exactly: integers/128 with 127/128
-/// in every block, so d = 1/128 and q = 128·x.
+/// Whether column c is in the first superblock of an AVX-512 q8 chunk (512 columns; see
+/// q8_lane_block) and is element 1 of its 4-column lane group: every lane block holds one.
+inline bool q8_lane_marker(uint64_t c) {
+  return c % 512 < 64 && c % 4 == 1;
+}
+
+/// The int8 quantization block of column c besides its 32-column run: the AVX-512 q8_row / q8_2f
+/// kernel quantizes lane blocks, columns 64s + 4j … 64s + 4j + 3 of the superblocks s of one
+/// 512-column chunk (simd_matvec.cc, Fam::Q8). Returns the block's id (chunk·16 + lane).
+inline uint64_t q8_lane_block(uint64_t c) {
+  return (c / 512) * 16 + (c % 64) / 4;
+}
+
+/// An activation [cols] every int8 quantizer represents exactly: integers/128 with 127/128 in every
+/// 32-column block and every q8 lane block, so d = 1/128 and q = 128·x.
 inline std::vector<float> int8_representable_activation(uint64_t cols) {
   std::mt19937 g(12);
   std::uniform_int_distribution<int> d(-127, 127);
   std::vector<float> x(cols);
-  for (uint64_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 32 == 5 ? 127 : d(g)) / 128.0f;
+  for (uint64_t c = 0; c < cols; ++c)
+    x[c] = static_cast<float>(c % 32 == 5 || q8_lane_marker(c) ? 127 : d(g)) / 128.0f;
   return x;
 }
 
@@ -169,20 +183,27 @@ inline double exact_path_bound(const Tensor& w, uint64_t r, const float* x, doub
   return gamma(static_cast<double>((cols + chunk - 1) / chunk) + extra) * s + std::ldexp(std::fabs(ref), -24);
 }
 
-/// The int8 path's bound: Σ|ŵ_c|·absmax_b/254 (q8_2f: on x·col, divided by col) + f32 slack, plus
-/// `exact` (the exact-path bound of the same row).
+/// The int8 path's bound: Σ|ŵ_c|·absmax(c)/254 (q8_2f: on x·col, divided by col) + f32 slack, plus
+/// `exact` (the exact-path bound of the same row). absmax(c) is that of c's 32-column block; for
+/// q8_row / q8_2f the larger of it and that of c's lane block (q8_lane_block), so one bound holds
+/// for the AVX2 tier's blocks and the AVX-512 tier's.
 inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, double exact) {
   const uint64_t cols = w.view.cols();
   const bool q82f = w.view.dtype == DType::Q8_2F;
+  const bool lanes = q82f || w.view.dtype == DType::Q8Row;
+  const auto xv = [&](uint64_t c) { return std::fabs(q82f ? x[c] * w.col[c] : x[c]); };
+  std::vector<float> lane_max(lanes ? (cols + 511) / 512 * 16 : 0, 0.0f);
+  for (uint64_t c = 0; lanes && c < cols; ++c) lane_max[q8_lane_block(c)] = std::max(lane_max[q8_lane_block(c)], xv(c));
   double q = 0, mag = 0;
   for (uint64_t b = 0; b * 32 < cols; ++b) {
     const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
     float amax = 0;
-    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, std::fabs(q82f ? x[c] * w.col[c] : x[c]));
+    for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, xv(c));
     for (uint64_t c = 32 * b; c < c1; ++c) {
       const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
-      q += aw * amax / 254.0;
-      mag += aw * (std::fabs(q82f ? x[c] * w.col[c] : x[c]) + amax / 254.0);
+      const double am = lanes ? std::max(amax, lane_max[q8_lane_block(c)]) : amax;
+      q += aw * am / 254.0;
+      mag += aw * (xv(c) + am / 254.0);
     }
   }
   return q * (1 + 1e-5) + gamma(static_cast<double>(cols) / 32 + 12) * mag + exact;
