@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -173,7 +174,7 @@ CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t co
 /// One 32-column block of the int8 activation, llama.cpp q8_0 style: x[c0 .. c0+n) (times col[c]
 /// when col != nullptr; n ≤ 32, missing columns are 0), q = rne(x·127/absmax) saturated to int8 in
 /// q0 (elements 0–15) and q1 (16–31) as int32 lanes. Returns absmax (the block's scale is
-/// absmax/127).
+/// absmax/127); NaN, with q = 0, when the block holds a NaN or an infinity.
 CQ_AVX512 inline float quantize_block32(const float* x, const float* col, uint64_t c0, uint64_t n,
                                         __m512i& q0, __m512i& q1) {
   const __mmask16 m0 = mask16(n), m1 = n > 16 ? mask16(n - 16) : __mmask16(0);
@@ -182,7 +183,13 @@ CQ_AVX512 inline float quantize_block32(const float* x, const float* col, uint64
     v0 = _mm512_mul_ps(v0, _mm512_maskz_loadu_ps(m0, col + c0));
     v1 = _mm512_mul_ps(v1, _mm512_maskz_loadu_ps(m1, col + c0 + 16));
   }
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  // v·0 is NaN exactly for a NaN or ±inf v: such a block gets absmax NaN (so d = NaN and q = 0, the
+  // output NaN), since max_ps would drop a NaN and inf·(127/inf) is no code either.
+  const __m512 zero = _mm512_setzero_ps();
+  const bool finite = _mm512_cmp_ps_mask(_mm512_add_ps(_mm512_mul_ps(v0, zero), _mm512_mul_ps(v1, zero)),
+                                         zero, _CMP_UNORD_Q) == 0;
+  const float amax = finite ? _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)))
+                            : std::numeric_limits<float>::quiet_NaN();
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
   q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
@@ -262,14 +269,27 @@ CQ_AVX512 void quantize_act_q8(const float* x, const float* col, uint64_t cols, 
   const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   for (uint64_t s0 = 0, k = 0; s0 < nsb; s0 += kQ8Chunk, ++k) {
     const uint64_t ns = std::min<uint64_t>(kQ8Chunk, nsb - s0);
-    __m512 mx[4];
-    for (auto& m : mx) m = _mm512_setzero_ps();
+    // mx: elementwise absmax over the chunk; nf: NaN where a NaN or ±inf occurred (v·0 is NaN
+    // exactly then), which makes that lane's absmax NaN (d = NaN, q = 0; quantize_block32).
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 mx[4], nf[4];
+    for (int r = 0; r < 4; ++r) mx[r] = nf[r] = zero;
     for (uint64_t s = s0; s < s0 + ns; ++s)
-      for (int r = 0; r < 4; ++r) mx[r] = _mm512_max_ps(mx[r], _mm512_abs_ps(load_act16(x, col, cols, 64 * s + 16 * r)));
+      for (int r = 0; r < 4; ++r) {
+        const __m512 v = load_act16(x, col, cols, 64 * s + 16 * r);
+        mx[r] = _mm512_max_ps(mx[r], _mm512_abs_ps(v));
+        nf[r] = _mm512_add_ps(nf[r], _mm512_mul_ps(v, zero));
+      }
     alignas(64) float m64[64], id[16];
-    for (int r = 0; r < 4; ++r) _mm512_store_ps(m64 + 16 * r, mx[r]);
+    uint64_t bad = 0;  // bit e: element e of the 64 saw a non-finite value
+    for (int r = 0; r < 4; ++r) {
+      _mm512_store_ps(m64 + 16 * r, mx[r]);
+      bad |= uint64_t{_mm512_cmp_ps_mask(nf[r], zero, _CMP_UNORD_Q)} << (16 * r);
+    }
     for (int j = 0; j < 16; ++j) {
-      const float amax = std::max(std::max(m64[4 * j], m64[4 * j + 1]), std::max(m64[4 * j + 2], m64[4 * j + 3]));
+      const float amax = (bad >> (4 * j)) & 0xF ? std::numeric_limits<float>::quiet_NaN()
+                                                : std::max(std::max(m64[4 * j], m64[4 * j + 1]),
+                                                           std::max(m64[4 * j + 2], m64[4 * j + 3]));
       d[16 * k + j] = amax / 127.0f;
       id[j] = amax > 0.0f ? 127.0f / amax : 0.0f;
     }
@@ -280,7 +300,8 @@ CQ_AVX512 void quantize_act_q8(const float* x, const float* col, uint64_t cols, 
     for (uint64_t s = s0; s < s0 + ns; ++s) {
       for (int r = 0; r < 4; ++r)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + 64 * s + 16 * r),
-                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(load_act16(x, col, cols, 64 * s + 16 * r), idv[r]))));
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(
+                             _mm512_mul_ps(load_act16(x, col, cols, 64 * s + 16 * r), idv[r]))));
       acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), _mm512_loadu_si512(xq + 64 * s));
     }
     _mm512_storeu_si512(bias + 16 * k, _mm512_mullo_epi32(acc, _mm512_set1_epi32(-fam_k(Fam::Q8))));
@@ -1603,10 +1624,10 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 
 /// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 8 rows (matvec) /
 /// 4 rows × 2 tokens (matmul: since the chunked int32 sums, 4 × 4 spills; on Zen 5 matmul_n64 3.0 →
-/// 1.9 ms against 2.3 ms for 4 × 4 and 2.5 ms for 2 × 4); the nibble and 2-bit codecs 4 rows × 3 tokens / 4 rows (with the
-/// codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the nibble
-/// codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads):
-/// 8 rows (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
+/// 1.9 ms against 2.3 ms for 4 × 4 and 2.5 ms for 2 × 4); the nibble and 2-bit codecs 4 rows × 3 tokens / 4
+/// rows (with the codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the
+/// nibble codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads): 8 rows
+/// (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that

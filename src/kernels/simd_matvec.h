@@ -19,7 +19,8 @@
 //    For q8_row / q8_2f a block is the 32 columns that one int32 lane of vpdpbusd sums over 8
 //    superblocks (64s + 4j … 64s + 4j + 3 for the 8 superblocks s of a 512-column chunk, fewer in
 //    the last chunk), not a run of 32 columns: the row's lanes then need one convert and one FMA per
-//    512 columns instead of per 64 (pp512 at q8 ~1.5× faster).
+//    512 columns instead of per 64 (pp512 at q8 ~1.5× faster). A block holding a NaN or an infinity
+//    gets d = NaN and q = 0, so the output is NaN, never a finite value.
 //    Error vs the exact product: |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254 (plus f32 rounding,
 //    ~1e-6 relative). q8_2f folds its column field into the activation first (x'_c = x_c·col_c,
 //    quantized per block; the bound then uses |ŵ_c|/col_c·absmax'_b/254). Used for q8_row, q8_2f,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -123,6 +124,37 @@ TEST_P(SimdDtype, Int8PathIsExactOnRepresentableActivations) {
     for (uint64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(w.deq[r * cols + c]) * x[c]);
     EXPECT_NEAR(yi[r], ref[r], 2e-6 * mag + 1e-30) << r;
   }
+}
+
+// A NaN or infinite activation makes the output non-finite on both paths, never a finite lie: the int8
+// quantizer must not let a later finite value hide the NaN from the block's absmax, nor round
+// inf·0 to a code. Placed in the middle of a block and in the last (partial) one, 1 and 4 tokens.
+TEST_P(SimdDtype, NonFiniteActivationGivesNaN) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP();
+  const uint64_t rows = 5, cols = any_cols(t) ? 600 : 576;
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 53, 0.1f));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()})
+    for (uint64_t at : {uint64_t{40}, cols - 3})
+      for (Path p : {Path::Exact, Path::Int8}) {
+        SCOPED_TRACE(fmt::format("{} x[{}] = {} {}", quant::dtype_name(t), at, bad,
+                                 p == Path::Exact ? "exact" : "int8"));
+        const size_t n = 4;
+        auto x = gaussian(n * cols, 54);
+        x[at] = bad;             // token 0
+        x[3 * cols + at] = bad;  // token 3
+        std::vector<float> y1(rows), yb(n * rows);
+        matvec_rows_simd(w.view, 0, rows, x.data(), y1.data(), serial_pool(), p == Path::Exact);
+        matmul_simd(w.view, x.data(), n, yb.data(), serial_pool(), p == Path::Exact);
+        for (uint64_t r = 0; r < rows; ++r) {
+          EXPECT_FALSE(std::isfinite(y1[r])) << "matvec row " << r << ": " << y1[r];
+          EXPECT_FALSE(std::isfinite(yb[r])) << "matmul token 0 row " << r << ": " << yb[r];
+          EXPECT_FALSE(std::isfinite(yb[3 * rows + r]))
+              << "matmul token 3 row " << r << ": " << yb[3 * rows + r];
+          EXPECT_TRUE(std::isfinite(yb[rows + r])) << "matmul token 1 row " << r;
+        }
+      }
 }
 
 TEST_P(SimdDtype, MatmulEqualsMatvecsBitwise) {

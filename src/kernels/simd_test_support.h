@@ -193,7 +193,8 @@ inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, doubl
   const bool lanes = q82f || w.view.dtype == DType::Q8Row;
   const auto xv = [&](uint64_t c) { return std::fabs(q82f ? x[c] * w.col[c] : x[c]); };
   std::vector<float> lane_max(lanes ? (cols + 511) / 512 * 16 : 0, 0.0f);
-  for (uint64_t c = 0; lanes && c < cols; ++c) lane_max[q8_lane_block(c)] = std::max(lane_max[q8_lane_block(c)], xv(c));
+  for (uint64_t c = 0; lanes && c < cols; ++c)
+    lane_max[q8_lane_block(c)] = std::max(lane_max[q8_lane_block(c)], xv(c));
   double q = 0, mag = 0;
   for (uint64_t b = 0; b * 32 < cols; ++b) {
     const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
