@@ -86,7 +86,11 @@ CQ_AVX2 inline float hsum(__m256 v) {
 
 /// Activation layout family of the int8 path (one per weight-code arrangement).
 enum class Fam : uint8_t {
-  Q8,   // natural column order; weights are signed bytes (|w| × sign(q, w) trick)
+  // natural column order; weights are signed bytes (|w| × sign(q, w) trick). The quantization blocks
+  // are lane blocks: blocks of 32 columns are taken 8 at a time (a chunk, 256 columns) and lane j's
+  // block is the chunk's columns 32b + 4j … 32b + 4j + 3 — what _mm256_madd_epi16 sums into int32
+  // lane j — so a chunk gets one convert and FMA (quantize_act_q8, tile_q8).
+  Q8,
   NIB,  // per 32-block [x0, x2, …, x30 | x1, x3, …, x31] to match [low nibbles | high nibbles]
 };
 
@@ -483,10 +487,14 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
 // ---------------------------------------------------------------------------------------------
 // int8 path: activation quantization
 
-/// Quantized activations of n tokens: per token nb blocks of 32 int8 (family layout), nb f32 scales d_b and
-/// (NIB) nb × 8 int32 lane biases −8·Σq.
+/// Superblocks of 32 columns per Fam::Q8 chunk (one lane block of 32 columns per int32 lane).
+constexpr uint64_t kQ8Chunk = 8;
+
+/// Quantized activations of n tokens: per token nb blocks of 32 int8 (family layout), ds f32 scales
+/// (NIB: one per block, ds = nb; Q8: 8 lane scales per chunk, ds = 8·⌈nb/8⌉) and (NIB) nb × 8 int32
+/// lane biases −8·Σq.
 struct ActSet {
-  uint64_t nb = 0;
+  uint64_t nb = 0, ds = 0;
   const int8_t* xq = nullptr;
   const float* d = nullptr;
   const int32_t* bias = nullptr;
@@ -497,7 +505,71 @@ struct QAct {
   const int32_t* bias;
 };
 inline QAct act_at(const ActSet& a, size_t i) {
-  return {a.xq + i * a.nb * 32, a.d + i * a.nb, a.bias + i * a.nb * 8};
+  return {a.xq + i * a.nb * 32, a.d + i * a.ds, a.bias + i * a.nb * 8};
+}
+
+/// Fam::Q8 activation of x[cols] (times col[c] when col != nullptr): xq in natural order (zero
+/// padding in the ragged last block); chunk k (blocks 8k … 8k + 7, fewer in the last chunk) has 8
+/// lane scales at d + 8k. Lane j of a chunk of nb blocks quantizes its 4·nb columns {32b + 4j + i}
+/// as one block: d_j = absmax_j/127, q = rne(x·(127/absmax_j)); a lane holding a NaN/±Inf gets
+/// d_j = NaN and q = 0.
+CQ_AVX2 void quantize_act_q8(const float* x, const float* col, uint64_t cols, int8_t* xq, float* d) {
+  const uint64_t nb = (cols + 31) / 32;
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), zero = _mm256_setzero_ps();
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const auto load_block = [&](uint64_t b, __m256(&v)[4]) CQ_AVX2 {
+    const uint64_t c0 = 32 * b, m = std::min<uint64_t>(32, cols - c0);
+    if (m == 32) {
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + c0 + 8 * j);
+      if (col)
+        for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(col + c0 + 8 * j));
+    } else {
+      alignas(32) float tmp[32] = {};
+      for (uint64_t j = 0; j < m; ++j) tmp[j] = col ? x[c0 + j] * col[c0 + j] : x[c0 + j];
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_load_ps(tmp + 8 * j);
+    }
+  };
+  for (uint64_t b0 = 0, k = 0; b0 < nb; b0 += kQ8Chunk, ++k) {
+    const uint64_t b1 = std::min(b0 + kQ8Chunk, nb);
+    // mx: elementwise absmax over the chunk; nf: NaN where a NaN/±Inf occurred (v·0 is NaN exactly then)
+    __m256 mx[4] = {zero, zero, zero, zero}, nf[4] = {zero, zero, zero, zero};
+    for (uint64_t b = b0; b < b1; ++b) {
+      __m256 v[4];
+      load_block(b, v);
+      for (int j = 0; j < 4; ++j) {
+        mx[j] = _mm256_max_ps(mx[j], _mm256_and_ps(v[j], absmask));
+        nf[j] = _mm256_add_ps(nf[j], _mm256_mul_ps(v[j], zero));
+      }
+    }
+    alignas(32) float m32[32], id[8];
+    uint32_t bad = 0;  // bit e: element e of the 32 saw a non-finite value
+    for (int j = 0; j < 4; ++j) {
+      _mm256_store_ps(m32 + 8 * j, mx[j]);
+      bad |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(nf[j], nf[j], _CMP_UNORD_Q))) << (8 * j);
+    }
+    for (int l = 0; l < 8; ++l) {
+      const float amax =
+          std::max(std::max(m32[4 * l], m32[4 * l + 1]), std::max(m32[4 * l + 2], m32[4 * l + 3]));
+      const bool finite = ((bad >> (4 * l)) & 0xF) == 0;
+      d[8 * k + l] = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+      id[l] = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+    }
+    // register j holds elements 8j … 8j + 7: lanes 2j (first 4) and 2j + 1
+    __m256 idv[4];
+    for (int j = 0; j < 4; ++j)
+      idv[j] = _mm256_permutevar8x32_ps(
+          _mm256_load_ps(id),
+          _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
+    for (uint64_t b = b0; b < b1; ++b) {
+      __m256 v[4];
+      load_block(b, v);
+      __m256i q[4];
+      for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv[j]));
+      const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + 32 * b),
+                          _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order));
+    }
+  }
 }
 
 /// Quantizes x[cols] (times col[c] when col != nullptr) per 32-column block: d = absmax/127, q =
@@ -505,6 +577,7 @@ inline QAct act_at(const ActSet& a, size_t i) {
 /// block. A block with a non-finite value gets q = 0 and d = NaN (the output is NaN).
 CQ_AVX2 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
                           int32_t* bias) {
+  if (f == Fam::Q8) return quantize_act_q8(x, col, cols, xq, d);
   const uint64_t nb = (cols + 31) / 32;
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -557,12 +630,13 @@ ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
   auto& cs = call_scratch();
   ActSet a;
   a.nb = (pl.cols + 31) / 32;
+  a.ds = pl.fam == Fam::Q8 ? kQ8Chunk * ((a.nb + kQ8Chunk - 1) / kQ8Chunk) : a.nb;
   grow(cs.xq, n * a.nb * 32);
-  grow(cs.d, n * a.nb);
+  grow(cs.d, n * a.ds);
   grow(cs.bias, n * a.nb * 8);
   for (size_t i = 0; i < n; ++i)
     quantize_act(pl.fam, x + i * pl.cols, pl.col, pl.cols, cs.xq.data() + i * a.nb * 32,
-                 cs.d.data() + i * a.nb, cs.bias.data() + i * a.nb * 8);
+                 cs.d.data() + i * a.ds, cs.bias.data() + i * a.nb * 8);
   a.xq = cs.xq.data();
   a.d = cs.d.data();
   a.bias = cs.bias.data();
@@ -576,46 +650,58 @@ ActSet quantize_all(const Plan& pl, const float* x, size_t n) {
 // results are bit-identical. rows[k]: tensor row, li[k]: block-local index, out[k·T + t]: Σ for row k and
 // token t.
 
-/// One 32-column block of R q8 rows (signed bytes) × T tokens, FMA'd into f.
+/// One 32-column block b of R q8 rows (signed bytes) × T tokens, its exact integer lane sums added
+/// to acc (see tile_q8).
 template <int R, int T>
-CQ_AVX2 inline void q8_step(const __m256i* wv, const QAct* a, uint64_t b, __m256 (&f)[R][T]) {
+CQ_AVX2 inline void q8_step(const __m256i* wv, const QAct* a, uint64_t b, __m256i (&acc)[R][T]) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int t = 0; t < T; ++t) {
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].xq + 32 * b));
-    const __m256 d = _mm256_set1_ps(a[t].d[b]);
     for (int k = 0; k < R; ++k) {
       // |w| (u8, 128 for −128) × (q with w's sign) — pairs ≤ 2·128·127 < 2^15, no saturation.
       const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[k]), _mm256_sign_epi8(xq, wv[k]));
-      f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), d, f[k][t]);
+      acc[k][t] = _mm256_add_epi32(acc[k][t], _mm256_madd_epi16(p, ones));
     }
   }
 }
 
+/// q8_row / q8_2f: R rows × T tokens. Each chunk of kQ8Chunk blocks sums into int32 lanes (≤ 8·2·32512
+/// in magnitude), then gets one convert and one FMA with the chunk's lane scales (quantize_act_q8);
+/// the row's f16 scale multiplies the reduced sum.
 template <int R, int T>
 CQ_AVX2 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
-  const uint64_t cols = pl.cols, nfull = cols / 32;
+  const uint64_t cols = pl.cols, nfull = cols / 32, nb = (cols + 31) / 32;
   const int8_t* w[R];
   for (int k = 0; k < R; ++k) w[k] = reinterpret_cast<const int8_t*>(pl.p + rows[k] * cols);
   const uint64_t pfd = prefetch_distance(pl.row_bytes, R);
   __m256 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
-  for (uint64_t b = 0; b < nfull; ++b) {
-    __m256i wv[R];
-    for (int k = 0; k < R; ++k) {
-      prefetch(w[k] + 32 * b + pfd);
-      wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k] + 32 * b));
+  for (uint64_t b0 = 0; b0 < nb; b0 += kQ8Chunk) {
+    const uint64_t b1 = std::min(b0 + kQ8Chunk, nb);
+    __m256i acc[R][T];
+    for (int k = 0; k < R; ++k)
+      for (int t = 0; t < T; ++t) acc[k][t] = _mm256_setzero_si256();
+    for (uint64_t b = b0; b < b1; ++b) {
+      __m256i wv[R];
+      if (b < nfull) {
+        for (int k = 0; k < R; ++k) {
+          prefetch(w[k] + 32 * b + pfd);
+          wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k] + 32 * b));
+        }
+      } else {  // ragged last block: zero-padded copy (the activation padding is 0 too)
+        for (int k = 0; k < R; ++k) {
+          alignas(32) int8_t buf[32] = {};
+          std::memcpy(buf, w[k] + 32 * b, cols - 32 * b);
+          wv[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+        }
+      }
+      q8_step<R, T>(wv, a, b, acc);
     }
-    q8_step<R, T>(wv, a, b, f);
-  }
-  if (nfull * 32 < cols) {  // ragged last block: zero-padded copy (the activation padding is 0 too)
-    __m256i wv[R];
-    for (int k = 0; k < R; ++k) {
-      alignas(32) int8_t buf[32] = {};
-      std::memcpy(buf, w[k] + 32 * nfull, cols - 32 * nfull);
-      wv[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    for (int t = 0; t < T; ++t) {
+      const __m256 d = _mm256_loadu_ps(a[t].d + 8 * (b0 / kQ8Chunk));  // the chunk's 8 lane scales
+      for (int k = 0; k < R; ++k) f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[k][t]), d, f[k][t]);
     }
-    q8_step<R, T>(wv, a, nfull, f);
   }
   for (int k = 0; k < R; ++k) {
     const float sc = _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * rows[k]));

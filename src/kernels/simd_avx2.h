@@ -26,7 +26,10 @@
 //    formed exactly with _mm256_maddubs_epi16 + _mm256_madd_epi16 (q8: |w| × q·sign(w); 4-bit codes:
 //    nibble × q plus the per-lane bias −8·Σq), converted to f32 and FMA'd into one 8-lane accumulator per
 //    output with the block scale d_b (times the group scale for the 4-bit codecs; the q8 codecs multiply
-//    the row scale at the end). Error vs the exact product:
+//    the row scale at the end). For q8_row / q8_2f a block is the 32 columns that one int32 lane of
+//    _mm256_madd_epi16 sums over 8 blocks (32b + 4j … 32b + 4j + 3 for the 8 blocks b of a 256-column
+//    chunk, fewer in the last chunk): the lanes are summed in int32 over the chunk and get one convert
+//    and FMA per 256 columns instead of per 32. Error vs the exact product:
 //      |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254   (plus f32 rounding, ~γ_(cols/32+6) relative).
 //    q8_2f folds its column field into the activation first (x'_c = x_c·col_c, quantized per block; the
 //    bound then uses |ŵ_c|/col_c and absmax'_b). A block holding a NaN/±Inf activation yields NaN outputs.

@@ -207,12 +207,14 @@ TEST(Avx2, Q8RowHandComputedValue) {
   }
   const Tensor w = make(DType::Q8Row, rows, cols, v);
   std::vector<float> x(cols);
-  for (uint64_t c = 0; c < cols; ++c) x[c] = (c % 32 == 0) ? 1.0f : 0.5f;  // d = 1/127·…, q ∈ {127, 64}
-  // int8: block 0 has x[0] = 1 → d = 1/127, q = 127 (x = 1) or rne(63.5) = 64 (x = 0.5); block 1 idem
+  for (uint64_t c = 0; c < cols; ++c) x[c] = (c % 32 == 0) ? 1.0f : 0.5f;
+  // int8, lane blocks (one chunk: lane j = columns 4j…4j+3 and 32+4j…32+4j+3): lane 0 holds x[0] =
+  // x[32] = 1 → d = 1/127, q = 127 (x = 1) or rne(63.5) = 64 (x = 0.5); lanes 1–7 hold only 0.5 → d =
+  // 0.5/127, q = 127: exact.
   double want0 = 0, want_q = 0;
   for (uint64_t c = 0; c < cols; ++c) {
     want0 += static_cast<double>(w.deq[c]) * x[c];
-    want_q += static_cast<double>(w.deq[c]) * ((c % 32 == 0 ? 127.0 : 64.0) / 127.0);
+    want_q += static_cast<double>(w.deq[c]) * (c % 32 >= 4 ? 0.5 : (c % 32 == 0 ? 127.0 : 64.0) / 127.0);
   }
   std::vector<float> y(2);
   matvec_rows_avx2(w.view, 0, 2, x.data(), y.data(), serial_pool(), true);

@@ -95,17 +95,21 @@ inline std::vector<float> adversarial_activation(uint64_t cols) {
   return x;
 }
 
-/// Whether column c is in the first superblock of an AVX-512 q8 chunk (512 columns; see
-/// q8_lane_block) and is element 1 of its 4-column lane group: every lane block holds one.
-inline bool q8_lane_marker(uint64_t c) {
-  return c % 512 < 64 && c % 4 == 1;
+/// The int8 lane blocks of the q8_row / q8_2f kernels: the AVX-512 tier quantizes columns
+/// 64s + 4j … 64s + 4j + 3 of the 8 superblocks s of a 512-column chunk as one block (lane j of
+/// 16), the AVX2 tier columns 32b + 4j … 32b + 4j + 3 of the 8 blocks b of a 256-column chunk (lane
+/// j of 8); see Fam::Q8 in simd_matvec.cc / simd_avx2.cc. Block ids of column c in each tier.
+inline uint64_t q8_lane_block_avx512(uint64_t c) {
+  return (c / 512) * 16 + (c % 64) / 4;
+}
+inline uint64_t q8_lane_block_avx2(uint64_t c) {
+  return (c / 256) * 8 + (c % 32) / 4;
 }
 
-/// The int8 quantization block of column c besides its 32-column run: the AVX-512 q8_row / q8_2f
-/// kernel quantizes lane blocks, columns 64s + 4j … 64s + 4j + 3 of the superblocks s of one
-/// 512-column chunk (simd_matvec.cc, Fam::Q8). Returns the block's id (chunk·16 + lane).
-inline uint64_t q8_lane_block(uint64_t c) {
-  return (c / 512) * 16 + (c % 64) / 4;
+/// Whether column c is element 1 of its 4-column lane group in the first superblock of an AVX-512
+/// or AVX2 q8 chunk: every lane block of both tiers holds one.
+inline bool q8_lane_marker(uint64_t c) {
+  return (c % 512 < 64 || c % 256 < 32) && c % 4 == 1;
 }
 
 /// An activation [cols] every int8 quantizer represents exactly: integers/128 with 127/128 in every
@@ -185,16 +189,21 @@ inline double exact_path_bound(const Tensor& w, uint64_t r, const float* x, doub
 
 /// The int8 path's bound: Σ|ŵ_c|·absmax(c)/254 (q8_2f: on x·col, divided by col) + f32 slack, plus
 /// `exact` (the exact-path bound of the same row). absmax(c) is that of c's 32-column block; for
-/// q8_row / q8_2f the larger of it and that of c's lane block (q8_lane_block), so one bound holds
-/// for the AVX2 tier's blocks and the AVX-512 tier's.
+/// q8_row / q8_2f the largest of it and those of c's lane blocks in both tiers, so one bound holds
+/// for either tier.
 inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, double exact) {
   const uint64_t cols = w.view.cols();
   const bool q82f = w.view.dtype == DType::Q8_2F;
   const bool lanes = q82f || w.view.dtype == DType::Q8Row;
   const auto xv = [&](uint64_t c) { return std::fabs(q82f ? x[c] * w.col[c] : x[c]); };
-  std::vector<float> lane_max(lanes ? (cols + 511) / 512 * 16 : 0, 0.0f);
-  for (uint64_t c = 0; lanes && c < cols; ++c)
-    lane_max[q8_lane_block(c)] = std::max(lane_max[q8_lane_block(c)], xv(c));
+  std::vector<float> lane512(lanes ? (cols + 511) / 512 * 16 : 0, 0.0f);
+  std::vector<float> lane256(lanes ? (cols + 255) / 256 * 8 : 0, 0.0f);
+  for (uint64_t c = 0; lanes && c < cols; ++c) {
+    float& m512 = lane512[q8_lane_block_avx512(c)];
+    float& m256 = lane256[q8_lane_block_avx2(c)];
+    m512 = std::max(m512, xv(c));
+    m256 = std::max(m256, xv(c));
+  }
   double q = 0, mag = 0;
   for (uint64_t b = 0; b * 32 < cols; ++b) {
     const uint64_t c1 = std::min<uint64_t>(cols, 32 * b + 32);
@@ -202,7 +211,8 @@ inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, doubl
     for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, xv(c));
     for (uint64_t c = 32 * b; c < c1; ++c) {
       const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
-      const double am = lanes ? std::max(amax, lane_max[q8_lane_block(c)]) : amax;
+      const double am =
+          lanes ? std::max({amax, lane512[q8_lane_block_avx512(c)], lane256[q8_lane_block_avx2(c)]}) : amax;
       q += aw * am / 254.0;
       mag += aw * (xv(c) + am / 254.0);
     }
