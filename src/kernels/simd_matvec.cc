@@ -543,6 +543,9 @@ CQ_AVX512 void prep_ladders(const Plan& pl, uint64_t r0, uint64_t m, BlockState&
   st.lad_n = m;
 }
 
+/// Row blocks ahead whose q4tp/q2tp code rows prep_tp prefetches.
+constexpr uint64_t kTpCodeAhead = 2;
+
 /// Ladders and group scales of rows [r0, r0+n) (q4tp/q2tp): each row's tiles get their rung
 /// (BlockState::row_scales). `ahead` (≥ n): rows from r0 on that the caller will also run on this
 /// thread, so their ladders are computed now with this block's (prep_ladders).
@@ -590,6 +593,18 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, 
       _mm512_storeu_ps(out + g, _mm512_maskz_permutex2var_ps(mask16(gpr - g), l0, idx, l1));
     }
   }
+  // The code and parameter planes are streams of their own beside the weights: prefetch the code
+  // rows of the block kTpCodeAhead blocks on and the parameters of the ladder batch after the
+  // current one, so their DRAM latency does not land on this thread's next preparation.
+  const uint64_t rc0 = r0 + kTpCodeAhead * kRowBlock;
+  if (rc0 < pl.rows) {
+    const uint8_t* c0 = pl.tp.row_codes(rc0);
+    const uint64_t bytes = std::min<uint64_t>(kRowBlock, pl.rows - rc0) * crb;
+    for (uint64_t off = 0; off < bytes; off += 64) prefetch(c0 + off);
+    prefetch(c0 + bytes - 1);
+  }
+  const uint64_t rp0 = st.lad_r0 + st.lad_n;
+  if (r0 == st.lad_r0 && rp0 < pl.rows) prefetch(pl.tp.params + 4 * rp0);
 }
 
 // ---------------------------------------------------------------------------------------------
