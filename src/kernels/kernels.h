@@ -39,7 +39,7 @@ enum class MatmulMode : uint8_t { Fast, Exact, Reference };
 
 /// Instruction-set tier of the matrix and attention kernels, one dispatch layer for all of them:
 /// Avx512 (AVX-512 F/BW/VL/DQ/VNNI: simd_matvec.h, simd_attention.h), Avx2 (AVX2+FMA+F16C:
-/// simd_avx2.h; attention uses the scalar reference) or Scalar (the `*_ref` kernels). Detected
+/// simd_avx2.h, simd_avx2_attention.h) or Scalar (the `*_ref` kernels). Detected
 /// once from the CPU (__builtin_cpu_supports) as the best it has; the environment variable
 /// `CORTIQ_SIMD=avx512|avx2|scalar` or set_simd_tier lowers it (never above what the CPU has).
 enum class SimdTier : uint8_t { Scalar, Avx2, Avx512 };
@@ -210,8 +210,9 @@ struct AttentionParams {
 /// n_kv_heads)) are computed (their `out` rows written; other rows untouched) — the forward pass
 /// splits (token, kv head) pairs over threads. `head_alive` (nullable, [n_heads]) zeroes dead heads'
 /// outputs. softmax(scale·q·k [→ softcap]) · V (Vaswani et al. 2017; softcap: Gemma 2 report).
-/// Dispatch: matmul_mode() == Reference or a CPU without AVX-512 → attention_ref; otherwise the
-/// SIMD kernel (f32 accumulation, see simd_attention.h for its error bound vs the reference).
+/// Dispatch: matmul_mode() == Reference or the Scalar tier → attention_ref; the Avx512 tier →
+/// attention_simd (simd_attention.h); the Avx2 tier → attention_avx2 (simd_avx2_attention.h). Both
+/// SIMD kernels accumulate in f32; their headers give the error bound vs the reference.
 /// Results do not depend on the kv-head split or on the thread.
 void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
                const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin = 0,

@@ -14,6 +14,7 @@
 #include "kernels/simd_activation.h"
 #include "kernels/simd_attention.h"
 #include "kernels/simd_avx2.h"
+#include "kernels/simd_avx2_attention.h"
 #include "kernels/simd_matvec.h"
 #include "quant/codec.h"
 #include "util/error.h"
@@ -384,6 +385,8 @@ void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t k
                size_t kv_head_end) {
   if (avx512_ops()) {
     attention_simd(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
+  } else if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx2 && avx2_cpu_ok()) {
+    attention_avx2(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
   } else {
     attention_ref(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
   }
