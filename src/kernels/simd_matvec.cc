@@ -1124,6 +1124,7 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
   } else if constexpr (D == DType::Q4Block) {
     const uint64_t fg = r * gpr + g0;
     prefetch(pl.p + 16 * fg + pfd);
+    prefetch(pl.scales + 2 * fg + pfd / 8);
     v = ng == 4 ? _mm512_loadu_si512(pl.p + 16 * fg)
                 : _mm512_maskz_loadu_epi8(mask64(16 * ng), pl.p + 16 * fg);
     const __m128i hs = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u), pl.scales + 2 * fg);
@@ -1282,6 +1283,7 @@ CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint
     if constexpr (D == DType::Q4TP) {
       sc = _mm512_loadu_ps(st.row_scales(li[k]) + g0);
     } else {
+      prefetch(pl.scales + 2 * (rows[k] * pl.gpr + g0) + pfd / 8);
       const __m256i h =
           _mm256_maskz_loadu_epi16(NS == 4 ? 0xFFFF : 0x00FF, pl.scales + 2 * (rows[k] * pl.gpr + g0));
       sc = _mm512_cvtph_ps(h);
