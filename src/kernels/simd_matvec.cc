@@ -1531,6 +1531,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
       const __m512i u1 = second ? vb_codes(rp[k], 2 * s + 1, cols, b[k]) : _mm512_setzero_si512();
       ue[k] = _mm512_permutex2var_epi8(u0, even, u1);
       uo[k] = _mm512_permutex2var_epi8(u0, odd, u1);
+      prefetch(pl.vb->scales + 2 * ((rows[k] + kRowBlock) * pl.gpr + 4 * s));  // the scale plane, a block on
       const __m128i h = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << ng) - 1u),
                                               pl.vb->scales + 2 * (rows[k] * pl.gpr + 4 * s));
       sw[k] = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
