@@ -603,8 +603,10 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, 
     for (uint64_t off = 0; off < bytes; off += 64) prefetch(c0 + off);
     prefetch(c0 + bytes - 1);
   }
-  const uint64_t rp0 = st.lad_r0 + st.lad_n;
-  if (r0 == st.lad_r0 && rp0 < pl.rows) prefetch(pl.tp.params + 4 * rp0);
+  const uint64_t rp0 = st.lad_r0 + st.lad_n;  // the next ladder batch: 4 bytes per row
+  if (r0 == st.lad_r0)
+    for (uint64_t r = rp0; r < std::min(pl.rows, rp0 + BlockState::kLadBlocks * kRowBlock); r += 16)
+      prefetch(pl.tp.params + 4 * r);
 }
 
 // ---------------------------------------------------------------------------------------------
