@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/simd_common.h"
 #include "kernels/simd_exp.h"
 
 namespace cortiq::kernels {
@@ -195,10 +196,7 @@ struct Scratch {
   std::vector<float*> o;
 };
 
-template <typename T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
+using simd_detail::grow;
 
 CQ_AVX512 void attention_group(const float* q, const KvLayerView& kv, size_t key_begin, size_t nk,
                                const AttentionParams& p, const uint8_t* head_alive, float* out, size_t g,

@@ -508,6 +508,21 @@ inline QAct act_at(const ActSet& a, size_t i) {
   return {a.xq + i * a.nb * 32, a.d + i * a.ds, a.bias + i * a.nb * 8};
 }
 
+/// Block b of x (32 columns, times col when col != nullptr; zero past cols) into v[0..3].
+CQ_AVX2 inline void load_block32(const float* x, const float* col, uint64_t cols, uint64_t b,
+                                 __m256 (&v)[4]) {
+  const uint64_t c0 = 32 * b, m = std::min<uint64_t>(32, cols - c0);
+  if (m == 32) {
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + c0 + 8 * j);
+    if (col)
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(col + c0 + 8 * j));
+  } else {
+    alignas(32) float tmp[32] = {};
+    for (uint64_t j = 0; j < m; ++j) tmp[j] = col ? x[c0 + j] * col[c0 + j] : x[c0 + j];
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_load_ps(tmp + 8 * j);
+  }
+}
+
 /// Fam::Q8 activation of x[cols] (times col[c] when col != nullptr): xq in natural order (zero
 /// padding in the ragged last block); chunk k (blocks 8k … 8k + 7, fewer in the last chunk) has 8
 /// lane scales at d + 8k. Lane j of a chunk of nb blocks quantizes its 4·nb columns {32b + 4j + i}
@@ -517,25 +532,13 @@ CQ_AVX2 void quantize_act_q8(const float* x, const float* col, uint64_t cols, in
   const uint64_t nb = (cols + 31) / 32;
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), zero = _mm256_setzero_ps();
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const auto load_block = [&](uint64_t b, __m256(&v)[4]) CQ_AVX2 {
-    const uint64_t c0 = 32 * b, m = std::min<uint64_t>(32, cols - c0);
-    if (m == 32) {
-      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + c0 + 8 * j);
-      if (col)
-        for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(col + c0 + 8 * j));
-    } else {
-      alignas(32) float tmp[32] = {};
-      for (uint64_t j = 0; j < m; ++j) tmp[j] = col ? x[c0 + j] * col[c0 + j] : x[c0 + j];
-      for (int j = 0; j < 4; ++j) v[j] = _mm256_load_ps(tmp + 8 * j);
-    }
-  };
   for (uint64_t b0 = 0, k = 0; b0 < nb; b0 += kQ8Chunk, ++k) {
     const uint64_t b1 = std::min(b0 + kQ8Chunk, nb);
     // mx: elementwise absmax over the chunk; nf: NaN where a NaN/±Inf occurred (v·0 is NaN exactly then)
     __m256 mx[4] = {zero, zero, zero, zero}, nf[4] = {zero, zero, zero, zero};
     for (uint64_t b = b0; b < b1; ++b) {
       __m256 v[4];
-      load_block(b, v);
+      load_block32(x, col, cols, b, v);
       for (int j = 0; j < 4; ++j) {
         mx[j] = _mm256_max_ps(mx[j], _mm256_and_ps(v[j], absmask));
         nf[j] = _mm256_add_ps(nf[j], _mm256_mul_ps(v[j], zero));
@@ -562,7 +565,7 @@ CQ_AVX2 void quantize_act_q8(const float* x, const float* col, uint64_t cols, in
           _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
     for (uint64_t b = b0; b < b1; ++b) {
       __m256 v[4];
-      load_block(b, v);
+      load_block32(x, col, cols, b, v);
       __m256i q[4];
       for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv[j]));
       const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
@@ -584,17 +587,8 @@ CQ_AVX2 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols
   const __m256i evod = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
                                         10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (uint64_t b = 0; b < nb; ++b) {
-    const uint64_t c0 = 32 * b, m = std::min<uint64_t>(32, cols - c0);
     __m256 v[4];
-    if (m == 32) {
-      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + c0 + 8 * j);
-      if (col)
-        for (int j = 0; j < 4; ++j) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(col + c0 + 8 * j));
-    } else {
-      alignas(32) float tmp[32] = {};
-      for (uint64_t j = 0; j < m; ++j) tmp[j] = col ? x[c0 + j] * col[c0 + j] : x[c0 + j];
-      for (int j = 0; j < 4; ++j) v[j] = _mm256_load_ps(tmp + 8 * j);
-    }
+    load_block32(x, col, cols, b, v);
     const __m256 mx =
         _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
                       _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/simd_common.h"
+
 #ifndef CQ_AVX2
 #define CQ_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -241,10 +243,7 @@ struct Scratch {
   std::vector<float*> o;
 };
 
-template <typename T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
+using simd_detail::grow;
 
 CQ_AVX2 void attention_group(const float* q, const KvLayerView& kv, size_t key_begin, size_t nk,
                              const AttentionParams& p, const uint8_t* head_alive, float* out, size_t g,
