@@ -4,6 +4,9 @@
 // *_test.cc files only.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +90,52 @@ inline Data make(const Case& c) {
   d.alive.assign(c.n_heads, 1);
   for (uint8_t h : c.dead) d.alive[h] = 0;
   return d;
+}
+
+/// Checks `got` (a SIMD kernel's output for `c`, `d`) against attention_ref row by row: dead heads
+/// and nk == 0 give zeros; every other element is finite and within Σ_j w_j·|v_jd|·(E_j + Ē + kRel)
+/// of the reference, E_j = (score_steps + 8)·u·scale·Σ_d |q_d·k_jd| (score_steps: the f32 FMA steps
+/// of one score in the kernel; each test file derives the bound and kRel for its tier).
+inline void check_against_ref(const Case& c, const Data& d, const std::vector<float>& got, double score_steps,
+                              double kRel) {
+  const size_t hd = c.hd, group = c.n_heads / c.n_kv, nk = c.end - c.begin;
+  std::vector<float> ref(c.n_heads * hd, kSentinel);
+  attention_ref(d.q.data(), d.view, c.begin, c.end, d.p, d.alive.data(), ref.data());
+  size_t checked = 0;
+  for (size_t h = 0; h < c.n_heads; ++h) {
+    const size_t g = h / group;
+    if (!d.alive[h] || nk == 0) {
+      for (size_t i = 0; i < hd; ++i) ASSERT_EQ(got[h * hd + i], 0.0f) << "head " << h;
+      continue;
+    }
+    std::vector<double> s(nk), e(nk), w(nk);
+    double mx = -INFINITY;
+    for (size_t j = 0; j < nk; ++j) {
+      double dot = 0.0, absdot = 0.0;
+      for (size_t i = 0; i < hd; ++i) {
+        const double x = static_cast<double>(d.q[h * hd + i]) * d.kf[(g * c.cap + c.begin + j) * hd + i];
+        dot += x;
+        absdot += std::fabs(x);
+      }
+      s[j] = dot * d.p.scale;
+      if (c.softcap > 0.0f) s[j] = c.softcap * std::tanh(s[j] / c.softcap);
+      e[j] = (score_steps + 8.0) * kU * d.p.scale * absdot;
+      mx = std::max(mx, s[j]);
+    }
+    double sum = 0.0, ebar = 0.0;
+    for (size_t j = 0; j < nk; ++j) sum += (w[j] = std::exp(s[j] - mx));
+    for (size_t j = 0; j < nk; ++j) ebar += (w[j] /= sum) * e[j];
+    for (size_t i = 0; i < hd; ++i) {
+      double tol = 0.0;
+      for (size_t j = 0; j < nk; ++j)
+        tol += w[j] * std::fabs(d.vf[(g * c.cap + c.begin + j) * hd + i]) * (e[j] + ebar + kRel);
+      const double r = ref[h * hd + i], x = got[h * hd + i];
+      ASSERT_TRUE(std::isfinite(x)) << "head " << h << " dim " << i;
+      ASSERT_LE(std::fabs(x - r), tol) << "head " << h << " dim " << i << " ref " << r << " simd " << x;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked + (nk == 0 ? 1 : 0) + c.dead.size(), 0u);
 }
 
 }  // namespace cortiq::kernels::attention_test
