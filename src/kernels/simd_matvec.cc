@@ -1140,6 +1140,11 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
   }
 }
 
+/// Fully unrolls a loop over a tile's R rows, so the R×T f32 accumulators stay in registers: GCC
+/// leaves a row loop with a long body rolled and keeps the accumulators on the stack (a load and a
+/// store per FMA).
+#define CQ_UNROLL_ROWS _Pragma("GCC unroll 8")
+
 // Register-blocked int8 tiles: R weight rows × T tokens. Each weight superblock is loaded/unpacked
 // once and applied to T tokens, each activation superblock once and applied to R rows. Every output
 // is computed with the same sequence of operations whatever R and T are (one f32 accumulator per
@@ -1195,6 +1200,7 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
       for (int k = 0; k < R; ++k) f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k][t]), d, f[k][t]);
     }
   }
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     const float sc = f16_to_f32(load_le<uint16_t>(pl.scales + 2 * rows[k]));
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]) * sc;
@@ -1208,6 +1214,7 @@ CQ_AVX512 inline void nib_step(const Plan& pl, const BlockState& st, const uint6
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512i lo[R], hi[R];
   __m512 sw[R];
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     __m512i v;
     nib_load<D, Full>(pl, st, rows[k], li[k], s, pfd, v, sw[k]);
@@ -1218,6 +1225,7 @@ CQ_AVX512 inline void nib_step(const Plan& pl, const BlockState& st, const uint6
     const __m512i x0 = _mm512_loadu_si512(a[t].xq + 128 * s), x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
     const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
     const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+    CQ_UNROLL_ROWS
     for (int k = 0; k < R; ++k) {
       const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, lo[k], x0), hi[k], x1);
       f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
@@ -1273,6 +1281,7 @@ CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint
                                 __m512 (&f)[R][T]) {
   const __m512i gmap = _mm512_load_si512(NS == 4 ? kNibqQuadGroup : kNibqPairGroup);
   const uint64_t g0 = 4 * s0;
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     const uint8_t* wp =
         D == DType::Q4TP ? pl.tp.row_weights(rows[k]) + 16 * g0 : pl.p + 16 * (rows[k] * pl.gpr + g0);
@@ -1327,6 +1336,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
   const __m512i expand2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const uint8_t* w[R];
   const float* gs[R];
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     w[k] = pl.tp.row_weights(rows[k]);
     gs[k] = st.row_scales(li[k]);
@@ -1338,6 +1348,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
     const uint64_t g0 = 8 * s, ng = std::min<uint64_t>(8, gpr - g0);
     __m512i p[R][4];
     __m512 sw[R];
+    CQ_UNROLL_ROWS
     for (int k = 0; k < R; ++k) {
       prefetch(w[k] + 8 * g0 + pfd);
       const __m512i v = ng == 8 ? _mm512_loadu_si512(w[k] + 8 * g0)
@@ -1354,6 +1365,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
       const __m512i x2 = _mm512_loadu_si512(xq + 128), x3 = _mm512_loadu_si512(xq + 192);
       const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
       const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      CQ_UNROLL_ROWS
       for (int k = 0; k < R; ++k) {
         __m512i acc = _mm512_dpbusd_epi32(bias, p[k][0], x0);
         acc = _mm512_dpbusd_epi32(acc, p[k][1], x1);
@@ -1424,6 +1436,7 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
   const __mmask64 code_bytes = 0x7F7F7F7F7F7F7F7Full;
   __m512i u[R][5];
   __m512 sw[R];
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     const uint8_t* tp = pl.q1t.base + (rows[k] * gpr + g0) * quant::kQ1tTileBytes;
     prefetch(tp + pfd);
@@ -1449,6 +1462,7 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
     const int8_t* xq = a[t].xq + 320 * s;
     const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
     const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+    CQ_UNROLL_ROWS
     for (int k = 0; k < R; ++k) {
       __m512i acc = _mm512_dpbusd_epi32(bias, u[k][0], _mm512_loadu_si512(xq));
       for (int p = 1; p < 5; ++p) acc = _mm512_dpbusd_epi32(acc, u[k][p], _mm512_loadu_si512(xq + 64 * p));
@@ -1514,6 +1528,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
   const uint8_t* rp[R];
   uint32_t b[R];
   __m512i L[R];
+  CQ_UNROLL_ROWS
   for (int k = 0; k < R; ++k) {
     b[k] = pl.vb->width(rows[k]);
     rp[k] = pl.vb->row(rows[k]);
@@ -1527,6 +1542,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
     const uint64_t ng = std::min<uint64_t>(4, (cols - 128 * s) / 32);
     __m512i ue[R], uo[R];
     __m512 sw[R];
+    CQ_UNROLL_ROWS
     for (int k = 0; k < R; ++k) {
       prefetch(rp[k] + 16 * b[k] * s + pfd);
       const __m512i u0 = vb_codes(rp[k], 2 * s, cols, b[k]);
@@ -1543,6 +1559,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
                     x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
       const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
       const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
+      CQ_UNROLL_ROWS
       for (int k = 0; k < R; ++k) {
         const __m512i acc =
             _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_mullo_epi32(bias, L[k]), ue[k], x0), uo[k], x1);
@@ -1568,6 +1585,7 @@ CQ_AVX512 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, floa
     const bool both = 2 * s + 1 < gpr;
     __m512i u[R];
     __m512 sw[R];
+    CQ_UNROLL_ROWS
     for (int k = 0; k < R; ++k) {
       const uint8_t* ta = pl.p + quant::kQ1TileBytes * (rows[k] * gpr + 2 * s);
       prefetch(ta + pfd);
