@@ -1,6 +1,6 @@
-// `cortiq bench <model.cmf> [-p 512] [-n 128] [-r 5] [-t 1,2] [--json] [--exact]` — prefill and
-// decode throughput with the memory-bandwidth roofline (issue 6 item 3; llama-bench's contract).
-// The table / JSON goes to stdout; notes and --progress lines go to stderr.
+// `cortiq bench <model.cmf> [-p 512] [-n 128] [-r 5] [-t 1,2] [--parallel 1,4] [--json] [--exact]` — prefill
+// and decode throughput with the memory-bandwidth roofline (issue 6 item 3; llama-bench's contract). The
+// table / JSON goes to stdout; notes and --progress lines go to stderr.
 #include "runtime/bench.h"
 
 #include <cstdio>
@@ -18,6 +18,7 @@ struct BenchArgs {
   std::string model, json_file;
   size_t n_prompt = 512, n_gen = 128, reps = 5;
   std::vector<size_t> threads{1, 2};
+  std::vector<size_t> parallel{1};
   uint64_t seed = 42;
   double bw_mib = 0;
   bool json = false, progress = false;
@@ -30,6 +31,7 @@ void bench_cmd(const BenchArgs& a) {
   o.n_gen = a.n_gen;
   o.reps = a.reps;
   o.threads = a.threads;
+  o.parallel = a.parallel;
   o.seed = a.seed;
   o.exact = a.load.exact;
   o.no_mmap = a.load.no_mmap;
@@ -63,6 +65,10 @@ void setup(CLI::App& root) {
   c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");
   c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(CLI::PositiveNumber);
   c->add_option("-t,--threads", a->threads, "comma-separated thread counts (1,2)")->delimiter(',');
+  c->add_option("--parallel", a->parallel,
+                "comma-separated decode sequence counts (1): B > 1 decodes B sequences per step in one "
+                "batched pass, as serve --parallel does; test tg<n>x<B>, aggregate t/s")
+      ->delimiter(',');
   c->add_option("--seed", a->seed, "token-id RNG seed (42)");
   c->add_option("--bw-mib", a->bw_mib, "bandwidth read-buffer size in MiB (default max(256, 8 x LLC))");
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");

@@ -241,7 +241,8 @@ Bandwidth measure_bandwidth(kernels::ThreadPool& pool, uint64_t buffer_bytes, si
 // Benchmark
 
 void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
-  const double tokens = static_cast<double>(t.n_gen ? t.n_gen : t.n_prompt);
+  const size_t seqs = std::max<size_t>(1, t.n_seqs);
+  const double tokens = static_cast<double>(t.n_gen ? t.n_gen * seqs : t.n_prompt);
   t.samples_ts.clear();
   for (double ns : t.samples_ns) t.samples_ts.push_back(ns > 0 ? tokens * 1e9 / ns : 0.0);
   t.ts = mean_sd(t.samples_ts);
@@ -250,8 +251,8 @@ void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
   t.bound_ts.reset();
   if (t.n_gen > 0 && t.bandwidth_gbs > 0 && decode_bytes_per_token > 0) {
     const double b = static_cast<double>(decode_bytes_per_token);
-    t.roofline = b * t.ts.mean / (t.bandwidth_gbs * 1e9);
-    t.bound_ts = t.bandwidth_gbs * 1e9 / b;
+    t.roofline = b * (t.ts.mean / static_cast<double>(seqs)) / (t.bandwidth_gbs * 1e9);
+    t.bound_ts = static_cast<double>(seqs) * t.bandwidth_gbs * 1e9 / b;
   }
 }
 
@@ -275,6 +276,9 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     if (t == 0) fail(ErrorKind::InvalidArgument, "thread count 0 in -t (use explicit counts >= 1)");
   if (opt.n_prompt == 0 && opt.n_gen == 0)
     fail(ErrorKind::InvalidArgument, "nothing to run: -p and -n are both 0");
+  if (opt.parallel.empty()) fail(ErrorKind::InvalidArgument, "no sequence counts given (--parallel)");
+  for (size_t b : opt.parallel)
+    if (b == 0) fail(ErrorKind::InvalidArgument, "sequence count 0 in --parallel (use counts >= 1)");
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
   };
@@ -343,16 +347,18 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       m.forward(one, kv, logits);
     }
 
-    // One test: `reps` timed runs of `body(ids)` on n fresh random ids from an empty KV cache.
-    auto run_test = [&](std::string name, size_t n, bool prefill, auto&& body) {
+    // One test: `reps` timed runs of `body(ids)` on n · seqs fresh random ids from empty KV caches
+    // (the body truncates the batched caches it owns).
+    auto run_test = [&](std::string name, size_t n, size_t seqs, bool prefill, auto&& body) {
       TestResult t;
       t.test = std::move(name);
       (prefill ? t.n_prompt : t.n_gen) = n;
+      t.n_seqs = seqs;
       t.threads = threads;
       t.bandwidth_gbs = bw.best_gbs;
       for (size_t i = 0; i < opt.reps; ++i) {
         say(fmt::format("t={} {} rep {}/{}", threads, t.test, i + 1, opt.reps));
-        const auto ids = random_ids(n);
+        const auto ids = random_ids(n * seqs);
         kv.truncate(0);
         const auto t0 = clock::now();
         body(ids);
@@ -362,12 +368,33 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       rep.results.push_back(std::move(t));
     };
     if (opt.n_prompt > 0)  // prefill: one forward over all ids
-      run_test(fmt::format("pp{}", opt.n_prompt), opt.n_prompt, true,
+      run_test(fmt::format("pp{}", opt.n_prompt), opt.n_prompt, 1, true,
                [&](const std::vector<uint32_t>& ids) { m.forward(ids, kv, logits); });
-    if (opt.n_gen > 0)  // decode: one forward per id
-      run_test(fmt::format("tg{}", opt.n_gen), opt.n_gen, false, [&](const std::vector<uint32_t>& ids) {
-        for (size_t k = 0; k < ids.size(); ++k) m.forward(std::span<const uint32_t>(&ids[k], 1), kv, logits);
-      });
+    for (size_t seqs : opt.n_gen > 0 ? opt.parallel : std::vector<size_t>{}) {
+      if (seqs == 1) {  // decode: one forward per id
+        run_test(fmt::format("tg{}", opt.n_gen), opt.n_gen, 1, false, [&](const std::vector<uint32_t>& ids) {
+          for (size_t k = 0; k < ids.size(); ++k)
+            m.forward(std::span<const uint32_t>(&ids[k], 1), kv, logits);
+        });
+        continue;
+      }
+      // batched decode: step k runs token k of every sequence (ids[b·n_gen + k]) in one forward_batch
+      std::vector<model::KvCache> kvs;
+      kvs.reserve(seqs);
+      for (size_t b = 0; b < seqs; ++b) kvs.emplace_back(m.arch(), cap, false);
+      std::vector<float> blogits(seqs * m.vocab_size());
+      std::vector<model::SeqStep> steps(seqs);
+      run_test(fmt::format("tg{}x{}", opt.n_gen, seqs), opt.n_gen, seqs, false,
+               [&](const std::vector<uint32_t>& ids) {
+                 for (auto& c : kvs) c.truncate(0);
+                 for (size_t k = 0; k < opt.n_gen; ++k) {
+                   for (size_t b = 0; b < seqs; ++b)
+                     steps[b] = {std::span<const uint32_t>(&ids[b * opt.n_gen + k], 1), &kvs[b],
+                                 std::span<float>(blogits).subspan(b * m.vocab_size(), m.vocab_size())};
+                   m.forward_batch(steps);
+                 }
+               });
+    }
     rep.rss_bytes.push_back(proc_status_bytes("/proc/self/status", "VmRSS:"));
     rep.huge_bytes.push_back(proc_status_bytes("/proc/self/smaps_rollup", "AnonHugePages:"));
     rep.kv_bytes.push_back(kv.bytes());
@@ -467,6 +494,7 @@ nlohmann::json to_json(const BenchReport& r) {
     o["n_threads"] = t.threads;
     o["n_prompt"] = t.n_prompt;
     o["n_gen"] = t.n_gen;
+    o["n_seqs"] = t.n_seqs;
     o["test"] = t.test;
     o["avg_ns"] = t.ns.mean;
     o["stddev_ns"] = t.ns.sd;

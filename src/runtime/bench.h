@@ -102,25 +102,33 @@ struct BenchOptions {
   size_t n_gen = 128;                 ///< tg test size in tokens (0 = skip tg)
   size_t reps = 5;                    ///< measured repetitions per test (>= 1)
   std::vector<size_t> threads{1, 2};  ///< thread counts, each >= 1
-  uint64_t seed = 42;                 ///< token-id RNG seed (std::mt19937_64)
-  bool exact = false;                 ///< ask for the f32-activation kernels (LoadOptions::exact)
-  bool no_mmap = false;               ///< LoadOptions::no_mmap (huge-page anonymous copy)
-  uint64_t bandwidth_bytes = 0;       ///< 0 = default_bandwidth_buffer_bytes()
+  /// Decode sequences per step, each >= 1: the tg test runs once per entry. An entry B > 1 decodes
+  /// B sequences together, each with its own KV cache, as one Model::forward_batch per step (one
+  /// pass over the weights serves all B tokens: what `cortiq serve --parallel` does with B active
+  /// streams); its test is "tg<n_gen>x<B>" and its t/s is the aggregate over the B sequences.
+  std::vector<size_t> parallel{1};
+  uint64_t seed = 42;            ///< token-id RNG seed (std::mt19937_64)
+  bool exact = false;            ///< ask for the f32-activation kernels (LoadOptions::exact)
+  bool no_mmap = false;          ///< LoadOptions::no_mmap (huge-page anonymous copy)
+  uint64_t bandwidth_bytes = 0;  ///< 0 = default_bandwidth_buffer_bytes()
   size_t bandwidth_passes = 5;
 };
 
 /// One test at one thread count.
 struct TestResult {
-  std::string test;  ///< "pp512", "tg128" (llama-bench naming)
+  std::string test;  ///< "pp512", "tg128" (llama-bench naming); "tg128x4": 4 sequences per step
   size_t n_prompt = 0, n_gen = 0, threads = 0;
+  size_t n_seqs = 1;               ///< sequences decoded per step (BenchOptions::parallel)
   std::vector<double> samples_ns;  ///< wall time of each repetition
-  std::vector<double> samples_ts;  ///< tokens/s of each repetition
+  std::vector<double> samples_ts;  ///< tokens/s of each repetition (all n_seqs sequences together)
   Stats ts;                        ///< over samples_ts
   Stats ns;                        ///< over samples_ns
   double bandwidth_gbs = 0.0;      ///< measured at this thread count (best pass)
-  /// tg only: decode_bytes_per_token · ts.mean / (bandwidth_gbs·1e9); nullopt for pp.
+  /// tg only: the share of the bandwidth the weight reads use, decode_bytes_per_token · steps/s /
+  /// (bandwidth_gbs·1e9) with steps/s = ts.mean / n_seqs (a batched step reads the weights once);
+  /// nullopt for pp.
   std::optional<double> roofline;
-  /// tg only: the bound bandwidth / decode_bytes_per_token in tok/s.
+  /// tg only: the memory bound in tok/s, n_seqs · bandwidth / decode_bytes_per_token.
   std::optional<double> bound_ts;
 };
 
@@ -145,7 +153,8 @@ struct BenchReport {
 };
 
 /// Fills the derived fields of `t` (ts, ns, samples_ts, roofline, bound_ts) from samples_ns,
-/// the test's token count, `bandwidth_gbs` and `decode_bytes_per_token`.
+/// the test's token count (n_prompt, or n_gen · n_seqs), `bandwidth_gbs` and
+/// `decode_bytes_per_token`.
 void finish_result(TestResult& t, uint64_t decode_bytes_per_token);
 
 /// Progress callback: a human-readable line ("t=2 tg128 rep 3/5").
@@ -155,10 +164,11 @@ using BenchProgress = std::function<void(const std::string&)>;
 /// LoadOptions::exact = opt.exact; the process-wide matmul mode is restored on return),
 /// measures the bandwidth, warms up (a prefill of min(n_prompt, 16) tokens and one decode step,
 /// which touches every weight), then times `reps` prefills (one forward of n_prompt random ids,
-/// logits of the last position) and `reps` decodes (n_gen forwards of one random id each, from an
-/// empty KV cache). Token ids are uniform in [0, vocab) from `seed`. Throws Error(InvalidArgument)
-/// for reps == 0, an empty or zero thread list, or nothing to run (n_prompt == n_gen == 0); load
-/// errors propagate.
+/// logits of the last position) and, per entry B of `parallel`, `reps` decodes (n_gen steps of one
+/// random id per sequence from empty KV caches: forward() for B = 1, forward_batch over B
+/// sequences otherwise). Token ids are uniform in [0, vocab) from `seed`. Throws
+/// Error(InvalidArgument) for reps == 0, an empty or zero thread or parallel list, or nothing to
+/// run (n_prompt == n_gen == 0); load errors propagate.
 BenchReport run_bench(const std::string& path, const BenchOptions& opt, const BenchProgress& progress = {});
 
 /// llama-bench-style markdown: one line describing the model, then a table

@@ -179,6 +179,14 @@ TEST(BenchRoofline, DerivedFields) {
   finish_result(pp, 1000000);
   EXPECT_DOUBLE_EQ(pp.ts.mean, 8.0);
   EXPECT_FALSE(pp.roofline.has_value());
+  // 4 sequences per step: 4·4 tokens per sample, the weights read once per step
+  TestResult b4 = t;
+  b4.n_seqs = 4;
+  finish_result(b4, 1000000);
+  EXPECT_DOUBLE_EQ(b4.samples_ts[0], 8000.0);
+  EXPECT_DOUBLE_EQ(b4.ts.mean, 6000.0);
+  EXPECT_DOUBLE_EQ(*b4.bound_ts, 40000.0);  // 4 × 10 GB/s ÷ 1 MB
+  EXPECT_DOUBLE_EQ(*b4.roofline, 0.15);     // 1500 steps/s × 1 MB ÷ 10 GB/s
 }
 
 TEST(BenchFormat, HumanUnits) {
@@ -286,6 +294,31 @@ TEST_F(BenchRun, TinyModelJsonAndMarkdownShape) {
   EXPECT_EQ(rows, 4u);
 }
 
+TEST_F(BenchRun, BatchedDecodeRunsOneTestPerSequenceCount) {
+  const std::string path = write_tiny();
+  BenchOptions o;
+  o.n_prompt = 0;
+  o.n_gen = 3;
+  o.reps = 1;
+  o.threads = {2};
+  o.parallel = {1, 3};
+  o.bandwidth_bytes = 2u << 20;
+  o.bandwidth_passes = 1;
+  const BenchReport r = run_bench(path, o);
+  ASSERT_EQ(r.results.size(), 2u);
+  EXPECT_EQ(r.results[0].test, "tg3");
+  EXPECT_EQ(r.results[0].n_seqs, 1u);
+  EXPECT_EQ(r.results[1].test, "tg3x3");
+  EXPECT_EQ(r.results[1].n_seqs, 3u);
+  EXPECT_EQ(r.results[1].n_gen, 3u);
+  // aggregate rate: 3 steps × 3 sequences in the sample's wall time
+  EXPECT_DOUBLE_EQ(r.results[1].samples_ts[0], 9e9 / r.results[1].samples_ns[0]);
+  const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j[1].at("n_seqs"), 3u);
+  EXPECT_EQ(j[1].at("test"), "tg3x3");
+  EXPECT_NE(to_markdown(r).find("| 2 | tg3x3 | "), std::string::npos);
+}
+
 TEST_F(BenchRun, RejectsBadOptions) {
   const std::string path = write_tiny();
   BenchOptions o;
@@ -297,6 +330,11 @@ TEST_F(BenchRun, RejectsBadOptions) {
   o.threads = {0};
   EXPECT_THROW(run_bench(path, o), Error);
   o.threads = {1};
+  o.parallel = {};
+  EXPECT_THROW(run_bench(path, o), Error);
+  o.parallel = {2, 0};
+  EXPECT_THROW(run_bench(path, o), Error);
+  o.parallel = {1};
   o.n_prompt = o.n_gen = 0;
   EXPECT_THROW(run_bench(path, o), Error);
 }
