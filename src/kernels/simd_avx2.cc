@@ -103,6 +103,7 @@ struct Plan {
   const float* col = nullptr;           // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;                     // q4tp / q2tp
   quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries
+  quant::Q1tView q1t;                   // q1t: rows unchecked (decode_row_native checks each row)
   const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
@@ -182,6 +183,10 @@ Plan make_plan(const WeightView& w, bool exact) {
     case DType::Q1S:
       pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
       pl.row_bytes = quant::kQ1TileBytes * pl.gpr;
+      break;
+    case DType::Q1T:
+      pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
+      pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
       break;
     case DType::VBit:
     case DType::VBitRo:
@@ -343,6 +348,7 @@ bool native_decode(const Plan& pl) {
       return pl.q1s.ascending;  // one run of outliers per row (else quant::RowDecoder, by index)
     case DType::VBit:
     case DType::VBitRo:
+    case DType::Q1T:
       return true;
     default:
       return false;
@@ -440,6 +446,32 @@ CQ_AVX2 void decode_row_native(const Plan& pl, const BlockState& st, uint64_t r,
       }
       if (pl.t == DType::Q1S)  // outliers replace the base values (order checked by q1s_view)
         pl.q1s.overwrite_run(r * pl.cols, (r + 1) * pl.cols, out);
+      return;
+    }
+    case DType::Q1T: {
+      // Base: 7 base-3 code bytes per 32-group (5 codes each, quant::kQ1tDigits), code 1 → +s,
+      // 2 → −s, 0 → 0; then the row's overlay entries overwrite their columns — the values
+      // quant::decode_rows produces (and the AVX-512 decoder, 16 lanes at a time).
+      const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+      for (uint64_t g = 0; g < pl.gpr; ++g) {
+        const uint8_t* t = pl.q1t.base + (r * pl.gpr + g) * quant::kQ1tTileBytes;
+        if (!quant::q1t_tile_ok(t))
+          fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte",
+               pl.w->name, r, g);
+        alignas(16) uint8_t codes[40];
+        for (int b = 0; b < 7; ++b) std::memcpy(codes + 5 * b, quant::kQ1tDigits[t[2 + b]].data(), 5);
+        const __m256 ps = _mm256_set1_ps(_cvtsh_ss(load_le<uint16_t>(t))),
+                     ns = _mm256_sub_ps(_mm256_setzero_ps(), ps);
+        for (int h = 0; h < 4; ++h) {
+          const __m256i c =
+              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * h)));
+          const __m256 v = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, one)), ps);
+          _mm256_storeu_ps(out + 32 * g + 8 * h,
+                           _mm256_blendv_ps(v, ns, _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, two))));
+        }
+      }
+      quant::q1t_check_row(pl.q1t, r, pl.w->name);
+      for (uint32_t e = pl.q1t.ptr(r); e < pl.q1t.ptr(r + 1); ++e) out[pl.q1t.col(e)] = pl.q1t.value(e);
       return;
     }
     case DType::VBit:

@@ -801,12 +801,6 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
       // Base: 7 base-3 code bytes per 32-group (5 codes each, digit k of byte b = b / 3^k mod 3),
       // code 1 → +s, 2 → −s, 0 → 0; then the row's overlay entries overwrite their columns —
       // exactly the values quant::decode_rows produces.
-      static const auto digits = [] {
-        std::array<std::array<uint8_t, 8>, 243> d{};
-        for (uint32_t b = 0; b < 243; ++b)
-          for (uint32_t k = 0, v = b; k < 5; ++k, v /= 3) d[b][k] = static_cast<uint8_t>(v % 3);
-        return d;
-      }();
       const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
       for (uint64_t g = 0; g < pl.gpr; ++g) {
         const uint8_t* t = pl.q1t.base + (r * pl.gpr + g) * quant::kQ1tTileBytes;
@@ -814,7 +808,7 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
           fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte",
                pl.name, r, g);
         alignas(16) uint8_t codes[40];
-        for (int b = 0; b < 7; ++b) std::memcpy(codes + 5 * b, digits[t[2 + b]].data(), 5);
+        for (int b = 0; b < 7; ++b) std::memcpy(codes + 5 * b, quant::kQ1tDigits[t[2 + b]].data(), 5);
         const __m512 ps = _mm512_set1_ps(f16_to_f32(load_le<uint16_t>(t))),
                      ns = _mm512_sub_ps(_mm512_setzero_ps(), ps);
         for (int h = 0; h < 2; ++h) {

@@ -10,6 +10,7 @@
 // them with load_le, never by pointer cast).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -155,10 +156,18 @@ Q1tView q1t_view(std::span<const uint64_t> shape, std::span<const uint8_t> paylo
 /// The per-row part of q1t_view for row r: row_ptr[r] ≤ row_ptr[r+1] ≤ row_ptr[rows], every col
 /// < in, base code 0 under every overlay entry. Throws Error(Parse) naming `what` and the row.
 void q1t_check_row(const Q1tView& v, uint64_t r, std::string_view what);
+/// The base-3 digits of every code byte b, least significant first: kQ1tDigits[b][p] = (b / 3^p) % 3
+/// (bytes ≥ 243, which q1t_tile_ok rejects, included so any byte can be looked up). A table
+/// instead of divisions: decoding q1t goes through it (q1t_code, the row decoders).
+inline constexpr std::array<std::array<uint8_t, 5>, 256> kQ1tDigits = [] {
+  std::array<std::array<uint8_t, 5>, 256> a{};
+  for (uint32_t b = 0; b < 256; ++b)
+    for (uint32_t p = 0, v = b; p < 5; ++p, v /= 3) a[b][p] = static_cast<uint8_t>(v % 3);
+  return a;
+}();
 /// Ternary code k (0..31) of a 9-byte q1t tile (0, 1 or 2 for a tile accepted by q1t_tile_ok).
 inline uint32_t q1t_code(const uint8_t* tile, uint32_t k) noexcept {
-  static constexpr uint32_t kPow3[5] = {1, 3, 9, 27, 81};
-  return (tile[2 + k / 5] / kPow3[k % 5]) % 3;
+  return kQ1tDigits[tile[2 + k / 5]][k % 5];
 }
 /// Whether a q1t tile's code bytes are canonical base-3: bytes 0..5 < 243, byte 6 < 9.
 inline bool q1t_tile_ok(const uint8_t* tile) noexcept {
