@@ -12,8 +12,9 @@
 //    reference decoder: q8_row, q8_2f, q4_tiled, q4_block, q4tp, q2tp and q1 with AVX2 decoders that form
 //    the same single f32 product per weight as quant::decode_rows (ladders from the same exp2f/product
 //    chain as quant::q4tp_ladder; vbit/vbit_ro codes unpacked 8 at a time — b whole bytes read as one
-//    big-endian qword, split by 64-bit variable shifts); q1t and the flat-group codecs with
-//    cols % 32 != 0 through quant::RowDecoder (the payload parsed once per call). The dot with the f32
+//    big-endian qword, split by 64-bit variable shifts; q1t's base-3 code bytes through the digit table
+//    quant::kQ1tDigits, then its overlay entries); the flat-group codecs with cols % 32 != 0 through
+//    quant::RowDecoder (the payload parsed once per call). The dot with the f32
 //    activation accumulates with f32 FMA in 2×8 lanes: 8-column chunk k goes to accumulator k mod 2 (the
 //    ragged tail chunk zero padded), then a0 + a1 and a fixed lane tree. Bound against the
 //    double-accumulating reference (the standard FMA dot-product analysis, Higham, "Accuracy and Stability of
