@@ -277,6 +277,33 @@ TEST(Simd, Q1tOverlayOnBothPaths) {
   }
 }
 
+// Rows with many q1s outliers (25%: ~256 per 1024-column row; the other tests' rows hold ~1%)
+// against the reference within the int8 bound, and matmul bitwise equal to matvecs.
+TEST(Simd, Q1sManyOutliersPerRow) {
+  if (!simd_supported(DType::Q1S)) GTEST_SKIP();
+  const uint64_t rows = 7, cols = 1024;
+  std::vector<uint64_t> shape{rows, cols};
+  quant::EncodeOptions eo;
+  eo.q1s_keep_frac = 0.25f;
+  Tensor w;
+  w.bytes = quant::encode(DType::Q1S, shape, gaussian(rows * cols, 61, 0.05f), eo);
+  w.view = WeightView{DType::Q1S, shape, w.bytes, "w"};
+  w.deq.resize(rows * cols);
+  quant::decode(DType::Q1S, shape, w.bytes, w.deq);
+  const quant::Q1sView v = quant::q1s_view(shape, w.bytes, "w");
+  ASSERT_TRUE(v.ascending);
+  ASSERT_GE(v.count, rows * 200);
+  const auto x = gaussian(cols, 62);
+  const auto y = check_matvec(w, 0, rows, x, Path::Int8);
+  const auto X = gaussian(3 * cols, 63);
+  std::vector<float> Y(3 * rows), yi(rows);
+  matmul_simd(w.view, X.data(), 3, Y.data(), serial_pool(), false);
+  for (size_t i = 0; i < 3; ++i) {
+    matvec_rows_simd(w.view, 0, rows, X.data() + i * cols, yi.data(), serial_pool(), false);
+    EXPECT_EQ(0, std::memcmp(yi.data(), Y.data() + i * rows, rows * 4)) << "token " << i;
+  }
+}
+
 // q1s outliers in any order are legal (a later duplicate wins): such a payload takes the reference,
 // bit for bit, while the ascending original runs the SIMD kernels within their bound.
 TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
