@@ -652,6 +652,27 @@ struct LdBF16 {
   }
 };
 
+/// q8_row / q8_2f rows decoded in registers: ŵ_c = f32(q_c)·s (times col_c for q8_2f), the same
+/// products as decode_row (and quant::decode_rows), so the exact dot is bit-identical to decoding the
+/// row into a buffer first, without that second pass over it.
+struct LdQ8 {
+  const uint8_t* p;            ///< the row's int8 codes
+  float s;                     ///< the row's f16 scale, widened
+  const float* col = nullptr;  ///< q8_2f: the decoded column field; null for q8_row
+  /// Prefetches the 64 columns at c of the row `dist` bytes ahead.
+  void pf(uint64_t c, uint64_t dist) const { prefetch(p + c + dist); }
+  CQ_AVX512 __m512 ld(uint64_t c) const {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c));
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(s));
+    return col ? _mm512_mul_ps(v, _mm512_loadu_ps(col + c)) : v;
+  }
+  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
+    const __m128i q = _mm_maskz_loadu_epi8(m, p + c);
+    const __m512 v = _mm512_maskz_mul_ps(m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(s));
+    return col ? _mm512_maskz_mul_ps(m, v, _mm512_maskz_loadu_ps(m, col + c)) : v;
+  }
+};
+
 /// R weight rows × T activation rows of exact dots: out[k·T + t] = Σ_c w[k](c)·x[t][c]. Per output
 /// the arithmetic is fixed whatever R and T are: 16-column chunk j accumulates with FMA into
 /// accumulator j mod 4 (a masked FMA for the tail chunk), then (a0+a1)+(a2+a3) and
@@ -846,6 +867,12 @@ CQ_AVX512 void decode_row(const Plan& pl, const BlockState& st, uint64_t r, uint
   }
 }
 
+/// The register decoder of q8_row / q8_2f row r.
+inline LdQ8 q8_loader(const Plan& pl, uint64_t r) {
+  return LdQ8{pl.p + r * pl.cols, f16_to_f32(load_le<uint16_t>(pl.scales + 2 * r)),
+              pl.t == DType::Q8_2F ? pl.col : nullptr};
+}
+
 /// Exact dot of row r (block-local index i) with x; `buf` holds ≥ cols floats of scratch.
 CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, const float* x,
                           float* buf) {
@@ -856,6 +883,9 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
       return dot_exact(LdF16{pl.p + 2 * r * pl.cols}, x, pl.cols, prefetch_distance(pl, 1));
     case DType::BF16:
       return dot_exact(LdBF16{pl.p + 2 * r * pl.cols}, x, pl.cols, prefetch_distance(pl, 1));
+    case DType::Q8Row:
+    case DType::Q8_2F:
+      return dot_exact(q8_loader(pl, r), x, pl.cols, prefetch_distance(pl, 1));
     default:
       decode_row(pl, st, r, i, buf);
       return dot_exact(LdF32{reinterpret_cast<const uint8_t*>(buf)}, x, pl.cols);
@@ -1755,6 +1785,9 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
                                        x, pl.cols, n, y, y_stride, j0);
         break;
     }
+  } else if ((pl.t == DType::Q8Row || pl.t == DType::Q8_2F) && n > 1) {  // q8 rows decoded in registers
+    block_exact_rt<2, 2, LdQ8>([&](uint64_t k) { return q8_loader(pl, r0 + k); }, rc, x, pl.cols, n, y,
+                               y_stride, j0);
   } else if (floatw || n == 1) {
     grow(st.rowbuf, pl.cols);
     for (uint64_t k = 0; k < rc; ++k)
