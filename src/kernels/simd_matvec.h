@@ -78,12 +78,13 @@ void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_coun
 
 /// Batched (prefill) product: Y[i, r] = Σ_c W[r, c]·X[i, c] for i < n, r < rows. X: `[n, cols]`,
 /// Y: `[n, rows]`. Cache- and register-blocked: a block of 16 weight rows is decoded (exact path,
-/// quantized codecs) once and applied to all n tokens from L1/L2; the inner kernels compute tiles of
+/// quantized codecs but q8_row / q8_2f, whose rows decode in registers) once and applied to all n
+/// tokens from L1/L2; the inner kernels compute tiles of
 /// 2 rows × 2 tokens (exact) or, int8: q8 4 rows × 2 tokens; the 4- and 2-bit codecs 4 rows × 2, 3
 /// or 4 tokens, whichever divides small batches; q1t 4 rows × 1 or 2 rows × 2, 3 or 4 tokens; all
-/// activations quantized once up front), loading/unpacking each weight superblock once per tile. Each Y[i, r] is computed with exactly the arithmetic of matvec_rows_simd with
-/// the same `exact` flag, so the result is bit-identical to n matvec calls (a stronger property than the
-/// contract requires). Same errors.
+/// activations quantized once up front), loading/unpacking each weight superblock once per tile. Each Y[i, r]
+/// is computed with exactly the arithmetic of matvec_rows_simd with the same `exact` flag, so the result is
+/// bit-identical to n matvec calls (a stronger property than the contract requires). Same errors.
 void matmul_simd(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact);
 
 /// Several batched products over one input in one hand-off to the pool: Y_j[i, r] = Σ_c W_j[r, c]·X[i, c]
