@@ -36,8 +36,10 @@ std::vector<DType> avx2_dtypes() {
 
 /// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
 bool has_int8(DType t, uint64_t cols) {
-  if (t == DType::Q8Row || t == DType::Q8_2F) return true;
-  return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP) && cols % 32 == 0;
+  if (t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q2TP) return true;
+  return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP || t == DType::Q1 ||
+          t == DType::Q1S) &&
+         cols % 32 == 0;
 }
 
 /// The documented exact-path bound of this tier for output row r (simd_avx2.h).
@@ -141,14 +143,32 @@ TEST_P(Avx2Dtype, Int8PathIsExactOnRepresentableActivations) {
   }
 }
 
-// The batched kernels work in tiles of 2 rows × 2 tokens (matvec 4 rows × 1): every row/token tail
-// combination and a row sub-range must give exactly the matvec result, for 1–3 threads.
+// Where the file comment documents an int8 kernel, exact = false really takes it (the int8 rounding of a
+// gaussian activation shows in some output; check_matvec already demands bit identity elsewhere).
+TEST_P(Avx2Dtype, Int8PathIsTakenWhereDocumented) {
+  const DType t = GetParam();
+  if (!avx2_supported(t)) GTEST_SKIP();
+  for (uint64_t cols : {uint64_t{96}, uint64_t{896}}) {
+    if (!has_int8(t, cols)) continue;
+    const uint64_t rows = 8;
+    const Tensor w = make(t, rows, cols, gaussian(rows * cols, 71, 0.1f));
+    const auto x = gaussian(cols, 72);
+    std::vector<float> ye(rows), yi(rows);
+    matvec_rows_avx2(w.view, 0, rows, x.data(), ye.data(), serial_pool(), true);
+    matvec_rows_avx2(w.view, 0, rows, x.data(), yi.data(), serial_pool(), false);
+    EXPECT_NE(0, std::memcmp(ye.data(), yi.data(), rows * 4)) << "cols " << cols;
+  }
+}
+
+// The batched kernels work in tiles of 2 rows × 2 tokens (int8: q2tp 4 × 2, q1 / q1s 2 × 4 when n % 4 ==
+// 0; matvec 4 rows × 1): every row/token tail combination and a row sub-range must give exactly the
+// matvec result, for 1–3 threads.
 TEST_P(Avx2Dtype, MatmulEqualsMatvecsBitwise) {
   const DType t = GetParam();
   if (!avx2_supported(t)) GTEST_SKIP();
   const uint64_t rows = 37, cols = any_cols(t) ? 201 : 224;
   const Tensor w = make(t, rows, cols, gaussian(rows * cols, 31, 0.1f));
-  for (size_t n : {1, 2, 3, 5}) {
+  for (size_t n : {1, 2, 3, 5, 8}) {
     const auto X = gaussian(n * cols, 32 + static_cast<uint32_t>(n));
     for (bool exact : {true, false}) {
       std::vector<float> y(rows), yr(rows);
@@ -338,15 +358,84 @@ TEST(Avx2, Errors) {
   }
 }
 
-// A non-finite activation makes the int8 block scale NaN: the output is NaN, never a finite lie.
+// A non-finite activation makes the int8 block scale NaN: the output is NaN, never a finite lie — for
+// every int8 kernel, in matvec and matmul, and whether the bad value sits in the first or the last
+// block (q2tp: 160 columns end in a ragged 4-group superblock).
 TEST(Avx2, NonFiniteActivationGivesNaN) {
-  if (!avx2_supported(DType::Q8Row)) GTEST_SKIP();
-  const Tensor w = make(DType::Q8Row, 3, 64, gaussian(192, 51, 0.1f));
-  auto x = gaussian(64, 52);
-  x[40] = std::numeric_limits<float>::infinity();
-  std::vector<float> y(3);
-  matvec_rows_avx2(w.view, 0, 3, x.data(), y.data(), serial_pool(), false);
-  for (float f : y) EXPECT_TRUE(std::isnan(f)) << f;
+  if (!avx2_cpu_ok()) GTEST_SKIP();
+  const uint64_t rows = 5, cols = 160;
+  for (DType t : {DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4Block, DType::Q4TP, DType::Q2TP,
+                  DType::Q1, DType::Q1S}) {
+    ASSERT_TRUE(has_int8(t, cols));
+    const Tensor w = make(t, rows, cols, gaussian(rows * cols, 51, 0.1f));
+    for (uint64_t c : {uint64_t{3}, uint64_t{140}}) {
+      for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+        auto X = gaussian(2 * cols, 52);
+        X[c] = bad;
+        X[cols + c] = -bad;
+        std::vector<float> y(rows), Y(2 * rows);
+        matvec_rows_avx2(w.view, 0, rows, X.data(), y.data(), serial_pool(), false);
+        matmul_avx2(w.view, X.data(), 2, Y.data(), serial_pool(), false);
+        for (float f : y) EXPECT_TRUE(std::isnan(f)) << quant::dtype_name(t) << " col " << c << " " << f;
+        for (float f : Y) EXPECT_TRUE(std::isnan(f)) << quant::dtype_name(t) << " col " << c << " " << f;
+      }
+    }
+  }
+}
+
+// Rows with many q1s outliers (25%: ~256 per 1024-column row; the other tests' rows hold ~1%): the
+// int8 base plus the outliers in f32 within the int8 bound, matmul bitwise equal to matvecs.
+TEST(Avx2, Q1sManyOutliersPerRow) {
+  if (!avx2_supported(DType::Q1S)) GTEST_SKIP();
+  const uint64_t rows = 7, cols = 1024;
+  quant::EncodeOptions eo;
+  eo.q1s_keep_frac = 0.25f;
+  const Tensor w = make(DType::Q1S, rows, cols, gaussian(rows * cols, 61, 0.05f), eo);
+  const quant::Q1sView v = quant::q1s_view(w.view.shape, w.bytes, "w");
+  ASSERT_TRUE(v.ascending);
+  ASSERT_GE(v.count, rows * 200);
+  const auto x = gaussian(cols, 62);
+  check_matvec(w, 0, rows, x, false);
+  check_matvec(w, 3, 4, x, false);
+  const auto X = gaussian(3 * cols, 63);
+  std::vector<float> Y(3 * rows), yi(rows);
+  matmul_avx2(w.view, X.data(), 3, Y.data(), serial_pool(), false);
+  for (size_t i = 0; i < 3; ++i) {
+    matvec_rows_avx2(w.view, 0, rows, X.data() + i * cols, yi.data(), serial_pool(), false);
+    EXPECT_EQ(0, std::memcmp(yi.data(), Y.data() + i * rows, rows * 4)) << "token " << i;
+  }
+  // the outliers matter: without them (the q1 base alone) the product is far off
+  std::vector<float> base(rows * cols);
+  quant::decode(DType::Q1, w.view.shape,
+                std::span<const uint8_t>(w.bytes.data(), rows * cols / 32 * quant::kQ1TileBytes), base);
+  double d0 = 0;
+  for (uint64_t c = 0; c < cols; ++c) d0 += (static_cast<double>(w.deq[c]) - base[c]) * x[c];
+  EXPECT_GT(std::fabs(d0), 1e-2);
+}
+
+// q1s outliers in any order are legal (a later duplicate wins): the int8 path's binary search needs
+// ascending indices, so such a payload takes the exact path (quant::RowDecoder) for exact = false too —
+// bit for bit the exact result, within the exact bound of the reference, matmul equal to matvecs.
+TEST(Avx2, Q1sUnorderedOutliersTakeTheExactPath) {
+  if (!avx2_supported(DType::Q1S)) GTEST_SKIP();
+  const uint64_t rows = 9, cols = 128;
+  const Tensor w = make(DType::Q1S, rows, cols, gaussian(rows * cols, 52, 0.1f));
+  ASSERT_GE(quant::q1s_view(w.view.shape, w.bytes, "w").count, 4u);
+  Tensor u;
+  u.bytes = test::q1s_unordered(w);
+  u.view = WeightView{DType::Q1S, w.view.shape, u.bytes, "w"};
+  ASSERT_FALSE(quant::q1s_view(u.view.shape, u.bytes, "w").ascending);
+  u.deq.resize(rows * cols);
+  quant::decode(DType::Q1S, u.view.shape, u.bytes, u.deq);
+  ASSERT_NE(u.deq, w.deq);  // the duplicate really changed a weight
+  const auto X = gaussian(2 * cols, 53);
+  const std::vector<float> x(X.begin(), X.begin() + cols);
+  const auto ye = check_matvec(u, 0, rows, x, true);
+  std::vector<float> yi(rows), Y(2 * rows);
+  matvec_rows_avx2(u.view, 0, rows, x.data(), yi.data(), serial_pool(), false);
+  EXPECT_EQ(0, std::memcmp(ye.data(), yi.data(), rows * 4));
+  matmul_avx2(u.view, X.data(), 2, Y.data(), serial_pool(), false);
+  EXPECT_EQ(0, std::memcmp(ye.data(), Y.data(), rows * 4));
 }
 
 }  // namespace

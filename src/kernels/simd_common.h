@@ -1,12 +1,20 @@
-// Pieces shared by the two SIMD tiers (simd_matvec.cc: AVX-512, simd_avx2.cc: AVX2) that contain no
-// intrinsics: the row-block size, the weight prefetch distance, scratch growth and the exp2 table of
-// the q4tp/q2tp ladders. Internal to src/kernels (not part of the kernels API).
+// Pieces shared by the two SIMD tiers (simd_matvec.cc: AVX-512, simd_avx2.cc: AVX2): the row-block
+// size, the weight prefetch distance, scratch growth, the exp2 table of the q4tp/q2tp ladders, and
+// the scalar q1s outlier pass (compiled for FMA + F16C, which both tiers have). Internal to
+// src/kernels (not part of the kernels API).
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "quant/layout.h"
+#include "util/half.h"
 
 namespace cortiq::kernels::simd_detail {
 
@@ -36,5 +44,63 @@ void grow(std::vector<T>& v, size_t n) {
 /// exp2f of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the q4tp/q2tp
 /// ladder bases, bit-identical to std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes them.
 const float* exp2_f16_table();
+
+/// The instruction sets every SIMD tier has: a function with this target inlines into both tiers'.
+#define CQ_FMA_F16C __attribute__((target("fma,f16c")))
+
+/// value − base of q1s entry e at column c of a row whose q1 tiles start at `tiles` (base = ±s of
+/// the tile under the outlier: the sign bit of its f16 scale flipped when the code bit is 0).
+CQ_FMA_F16C inline float q1s_delta(const quant::Q1sView& v, const uint8_t* tiles, uint32_t e, uint64_t c) {
+  const uint8_t* t = tiles + quant::kQ1TileBytes * (c / 32);
+  const uint32_t flip = (~(t[2 + (c % 32) / 8] >> (c % 8)) & 1u) << 31;
+  const float base = std::bit_cast<float>(std::bit_cast<uint32_t>(_cvtsh_ss(load_le<uint16_t>(t))) ^ flip);
+  return _cvtsh_ss(load_le<uint16_t>(v.entries + 6 * uint64_t{e} + 4)) - base;
+}
+
+/// q1s on the int8 path of either tier, after its q1 tiles: Y[i·y_stride + j0 + k] += Σ_e (value_e −
+/// base_e)·X[i, c_e] over the outliers of row r0 + k < r0 + rc (q1 tiles of row r at tiles0 +
+/// 6·r·gpr, `cols` columns; X: [n, cols]), summed in f32 in file order (one FMA chain per row,
+/// ascending) against the unquantized activation, then added once — the same operations for every
+/// n, so matmul stays bitwise equal to matvecs. The row's run is found by binary search, which needs
+/// ascending indices: returns false (rows from the offending one on left unadded) when an entry of
+/// a run lies below its row, so the caller can redo the call on a path that takes any order.
+CQ_FMA_F16C inline bool add_q1s_outliers(const quant::Q1sView& v, const uint8_t* tiles0, uint64_t gpr,
+                                         uint64_t cols, uint64_t r0, uint64_t rc, const float* x, size_t n,
+                                         float* y, size_t y_stride, uint64_t j0) {
+  thread_local std::vector<float> delta;  // batched calls: value − base of the row's outliers
+  thread_local std::vector<uint32_t> col;
+  uint32_t e0 = v.lower_bound(r0 * cols);
+  for (uint64_t k = 0; k < rc; ++k) {
+    const uint64_t row0 = (r0 + k) * cols, row1 = row0 + cols;
+    const uint8_t* tiles = tiles0 + quant::kQ1TileBytes * (r0 + k) * gpr;
+    uint32_t e1 = e0;
+    for (; e1 < v.count && v.index(e1) < row1; ++e1)
+      if (v.index(e1) < row0) return false;
+    if (n == 1) {  // decode: one pass
+      float acc = 0.0f;
+      for (uint32_t e = e0; e < e1; ++e) {
+        const uint64_t c = v.index(e) - row0;
+        acc = std::fma(q1s_delta(v, tiles, e, c), x[c], acc);  // explicit: both paths fuse alike
+      }
+      y[j0 + k] += acc;
+    } else if (e1 > e0) {  // prefill: the deltas once, then every token (same sums as n == 1)
+      const size_t m = e1 - e0;
+      grow(delta, m);
+      grow(col, m);
+      for (size_t e = 0; e < m; ++e) {
+        col[e] = static_cast<uint32_t>(v.index(static_cast<uint32_t>(e0 + e)) - row0);
+        delta[e] = q1s_delta(v, tiles, static_cast<uint32_t>(e0 + e), col[e]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const float* xi = x + i * cols;
+        float acc = 0.0f;
+        for (size_t e = 0; e < m; ++e) acc = std::fma(delta[e], xi[col[e]], acc);
+        y[i * y_stride + j0 + k] += acc;
+      }
+    }
+    e0 = e1;
+  }
+  return true;
+}
 
 }  // namespace cortiq::kernels::simd_detail

@@ -895,59 +895,6 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
 // ---------------------------------------------------------------------------------------------
 // int8 path: vpdpbusd over 64-byte superblocks
 
-/// value − base of q1s entry e at column c of a row whose q1 tiles start at `tiles` (base = ±s: the
-/// sign bit of the tile's scale flipped when the bit is 0).
-CQ_AVX512 inline float q1s_delta(const quant::Q1sView& v, const uint8_t* tiles, uint32_t e, uint64_t c) {
-  const uint8_t* t = tiles + quant::kQ1TileBytes * (c / 32);
-  const uint32_t flip = (~(t[2 + (c % 32) / 8] >> (c % 8)) & 1u) << 31;
-  const float base = std::bit_cast<float>(std::bit_cast<uint32_t>(_cvtsh_ss(load_le<uint16_t>(t))) ^ flip);
-  return _cvtsh_ss(load_le<uint16_t>(v.entries + 6 * uint64_t{e} + 4)) - base;
-}
-
-/// q1s on the int8 path: Y[i·y_stride + j0 + k] += Σ_e (value_e − base_e)·X[i, c_e] over the outliers
-/// of row r0 + k (base_e = ±s of the q1 tile under the outlier), summed in f32 in file order
-/// (ascending) against the unquantized activation, then added once.
-CQ_AVX512 void add_q1s_outliers(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, size_t n, float* y,
-                                size_t y_stride, uint64_t j0) {
-  thread_local std::vector<float> delta;  // batched calls: value − base of the row's outliers
-  thread_local std::vector<uint32_t> col;
-  const quant::Q1sView& v = pl.q1s;
-  uint32_t e0 = v.lower_bound(r0 * pl.cols);
-  for (uint64_t k = 0; k < rc; ++k) {
-    const uint64_t row0 = (r0 + k) * pl.cols, row1 = row0 + pl.cols;
-    const uint8_t* tiles = pl.p + quant::kQ1TileBytes * (r0 + k) * pl.gpr;
-    uint32_t e1 = e0;
-    for (; e1 < v.count && v.index(e1) < row1; ++e1)
-      if (v.index(e1) < row0) {  // not ascending: finish_q1s redoes the call
-        pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
-        return;
-      }
-    if (n == 1) {  // decode: one pass
-      float acc = 0.0f;
-      for (uint32_t e = e0; e < e1; ++e) {
-        const uint64_t c = v.index(e) - row0;
-        acc = std::fma(q1s_delta(v, tiles, e, c), x[c], acc);  // explicit: both paths fuse alike
-      }
-      y[j0 + k] += acc;
-    } else if (e1 > e0) {  // prefill: the deltas once, then every token (same sums as n == 1)
-      const size_t m = e1 - e0;
-      grow(delta, m);
-      grow(col, m);
-      for (size_t e = 0; e < m; ++e) {
-        col[e] = static_cast<uint32_t>(v.index(static_cast<uint32_t>(e0 + e)) - row0);
-        delta[e] = q1s_delta(v, tiles, static_cast<uint32_t>(e0 + e), col[e]);
-      }
-      for (size_t i = 0; i < n; ++i) {
-        const float* xi = x + i * pl.cols;
-        float acc = 0.0f;
-        for (size_t e = 0; e < m; ++e) acc = std::fma(delta[e], xi[col[e]], acc);
-        y[i * y_stride + j0 + k] += acc;
-      }
-    }
-    e0 = e1;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Driver
 
@@ -1768,7 +1715,10 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
   if (pl.int8) {
     block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
     if (pl.t == DType::Q1T) add_q1t_overlay(pl, r0, rc, x, n, y, y_stride, j0);
-    if (pl.t == DType::Q1S) add_q1s_outliers(pl, r0, rc, x, n, y, y_stride, j0);
+    // an entry out of order → finish_q1s redoes the call
+    if (pl.t == DType::Q1S &&
+        !simd_detail::add_q1s_outliers(pl.q1s, pl.p, pl.gpr, pl.cols, r0, rc, x, n, y, y_stride, j0))
+      pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
   } else if (floatw && n > 1) {
     constexpr int ER = 2, ET = 2;
     switch (pl.t) {

@@ -282,15 +282,10 @@ TEST(Simd, Q1tOverlayOnBothPaths) {
 TEST(Simd, Q1sManyOutliersPerRow) {
   if (!simd_supported(DType::Q1S)) GTEST_SKIP();
   const uint64_t rows = 7, cols = 1024;
-  std::vector<uint64_t> shape{rows, cols};
   quant::EncodeOptions eo;
   eo.q1s_keep_frac = 0.25f;
-  Tensor w;
-  w.bytes = quant::encode(DType::Q1S, shape, gaussian(rows * cols, 61, 0.05f), eo);
-  w.view = WeightView{DType::Q1S, shape, w.bytes, "w"};
-  w.deq.resize(rows * cols);
-  quant::decode(DType::Q1S, shape, w.bytes, w.deq);
-  const quant::Q1sView v = quant::q1s_view(shape, w.bytes, "w");
+  const Tensor w = make(DType::Q1S, rows, cols, gaussian(rows * cols, 61, 0.05f), eo);
+  const quant::Q1sView v = quant::q1s_view(w.view.shape, w.bytes, "w");
   ASSERT_TRUE(v.ascending);
   ASSERT_GE(v.count, rows * 200);
   const auto x = gaussian(cols, 62);
@@ -313,15 +308,7 @@ TEST(Simd, Q1sUnorderedOutliersTakeTheReference) {
   const quant::Q1sView v = quant::q1s_view(w.view.shape, w.bytes, "w");
   ASSERT_TRUE(v.ascending);
   ASSERT_GE(v.count, 4u);
-  std::vector<uint8_t> bytes = w.bytes;
-  const size_t e0 = bytes.size() - 6 * v.count;
-  std::swap_ranges(bytes.begin() + static_cast<std::ptrdiff_t>(e0),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6));  // entries 0 and 1 swapped
-  bytes.resize(bytes.size() + 6);  // a duplicate of entry 2 with another value, last: it wins
-  std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 12), 4, bytes.end() - 6);
-  store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(9.0f));
-  store_le<uint32_t>(bytes.data() + e0 - 4, v.count + 1);
+  const std::vector<uint8_t> bytes = test::q1s_unordered(w);
   const WeightView uv{DType::Q1S, w.view.shape, bytes, "w"};
   ASSERT_FALSE(quant::q1s_view(uv.shape, bytes, "w").ascending);
   const auto x = gaussian(cols, 53);

@@ -41,10 +41,11 @@ struct Tensor {
 };
 
 /// Encodes v (`[rows, cols]`) as dtype t.
-inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
+inline Tensor make(DType t, uint64_t rows, uint64_t cols, const std::vector<float>& v,
+                   const quant::EncodeOptions& opt = {}) {
   Tensor o;
   std::vector<uint64_t> shape{rows, cols};
-  o.bytes = quant::encode(t, shape, v);
+  o.bytes = quant::encode(t, shape, v, opt);
   o.view = WeightView{t, shape, o.bytes, "w"};
   o.deq.resize(rows * cols);
   quant::decode(t, shape, o.bytes, o.deq);
@@ -170,6 +171,23 @@ inline Tensor q1t_with_overlay(uint64_t rows, uint64_t cols, uint32_t seed) {
   return o;
 }
 
+/// A q1s payload with the same entries as `w` (a q1s tensor with ≥ 3 ascending outliers) but not
+/// ascending: entries 0 and 1 swapped, and a duplicate of entry 2 with value 9 appended (legal: a later
+/// duplicate wins).
+inline std::vector<uint8_t> q1s_unordered(const Tensor& w) {
+  const quant::Q1sView v = quant::q1s_view(w.view.shape, w.bytes, "w");
+  std::vector<uint8_t> bytes = w.bytes;
+  const size_t e0 = bytes.size() - 6 * v.count;
+  std::swap_ranges(bytes.begin() + static_cast<std::ptrdiff_t>(e0),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 6));
+  bytes.resize(bytes.size() + 6);
+  std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(e0 + 12), 4, bytes.end() - 6);
+  store_le<uint16_t>(bytes.data() + bytes.size() - 2, f32_to_f16(9.0f));
+  store_le<uint32_t>(bytes.data() + e0 - 4, v.count + 1);
+  return bytes;
+}
+
 /// γ_k = k·2^-24 / (1 − k·2^-24) (Higham, Accuracy and Stability of Numerical Algorithms, §3.1).
 inline double gamma(double k) {
   const double u = std::ldexp(1.0, -24);
@@ -187,10 +205,11 @@ inline double exact_path_bound(const Tensor& w, uint64_t r, const float* x, doub
   return gamma(static_cast<double>((cols + chunk - 1) / chunk) + extra) * s + std::ldexp(std::fabs(ref), -24);
 }
 
-/// The int8 path's bound: Σ|ŵ_c|·absmax(c)/254 (q8_2f: on x·col, divided by col) + f32 slack, plus
-/// `exact` (the exact-path bound of the same row). absmax(c) is that of c's 32-column block; for
-/// q8_row / q8_2f the largest of it and those of c's lane blocks in both tiers, so one bound holds
-/// for either tier.
+/// The int8 path's bound: Σ|ŵ_c|·absmax(c)/254 (q8_2f: on x·col, divided by col; q1s: |ŵ_c| at least
+/// the q1 tile scale s, since the int8 product uses the base ±s at an outlier column and adds the
+/// outlier's difference in f32) + f32 slack, plus `exact` (the exact-path bound of the same row).
+/// absmax(c) is that of c's 32-column block; for q8_row / q8_2f the largest of it and those of c's
+/// lane blocks in both tiers, so one bound holds for either tier.
 inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, double exact) {
   const uint64_t cols = w.view.cols();
   const bool q82f = w.view.dtype == DType::Q8_2F;
@@ -210,7 +229,10 @@ inline double int8_path_bound(const Tensor& w, uint64_t r, const float* x, doubl
     float amax = 0;
     for (uint64_t c = 32 * b; c < c1; ++c) amax = std::max(amax, xv(c));
     for (uint64_t c = 32 * b; c < c1; ++c) {
-      const double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
+      double aw = std::fabs(w.deq[r * cols + c]) / (q82f ? w.col[c] : 1.0f);
+      if (w.view.dtype == DType::Q1S)  // the q1 base under an outlier: ±s of its tile
+        aw = std::max<double>(aw, std::fabs(f16_to_f32(load_le<uint16_t>(
+                                      w.bytes.data() + quant::kQ1TileBytes * ((r * cols + c) / 32)))));
       const double am =
           lanes ? std::max({amax, lane512[q8_lane_block_avx512(c)], lane256[q8_lane_block_avx2(c)]}) : amax;
       q += aw * am / 254.0;
