@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -29,8 +30,6 @@
 #include "util/half.h"
 
 #define CQ_AVX2 __attribute__((target("avx2,fma,f16c")))
-/// Fully unrolls a loop over a tile's rows or tokens, so GCC keeps the R×T accumulators in registers.
-#define CQ_UNROLL _Pragma("GCC unroll 8")
 
 namespace cortiq::kernels {
 
@@ -56,8 +55,8 @@ bool avx2_supported(DType t) noexcept {
     case DType::Q2TP:  // int8 path tile_q2
     case DType::Q1:    // int8 path tile_q1 (cols % 32 == 0)
     case DType::Q1S:   // tile_q1 + the outliers in f32; unordered outliers: exact path via quant::RowDecoder
-    case DType::Q1T:   // exact path (row decode + f32 dot) in both modes
-    case DType::VBit:  // idem (codes unpacked 8 at a time with 64-bit variable shifts)
+    case DType::Q1T:   // int8 path tile_q1t + the overlay in f32 (simd_detail::add_q1t_overlay)
+    case DType::VBit:  // exact path in both modes (codes unpacked 8 at a time, 64-bit variable shifts)
     case DType::VBitRo:
       return true;
     default:
@@ -95,7 +94,9 @@ enum class Fam : uint8_t {
   // lane j — so a chunk gets one convert and FMA (quantize_act_q8, tile_q8).
   Q8,
   NIB,  // per 32-block [x0, x2, …, x30 | x1, x3, …, x31] to match [low nibbles | high nibbles]
-  Q1,   // per 32-block natural order; u8 = 2·bit, lane bias −Σq (so a lane is Σ (2·bit − 1)·q)
+  // per 32-block natural order; lane bias −Σq. q1: u8 = 2·bit (a lane is Σ (2·bit − 1)·q); q1t: u8 =
+  // value + 1 ∈ {0, 1, 2} (a lane is Σ value·q)
+  Q1,
   // superblocks of 4 blocks (128 columns) in 4 planes of 32 bytes: plane j, bytes 8g … 8g + 7 =
   // columns 32g + 4k + j (k = 0 … 7) of block g — the 2-bit field j of q2tp weight byte k of group g.
   // u8 = 2·code, lane bias −3·Σq, 8 lane scales d_b/2 (lanes 2g, 2g + 1 belong to block g).
@@ -204,6 +205,7 @@ Plan make_plan(const WeightView& w, bool exact) {
     case DType::Q1T:
       pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
       pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
+      pl.fam = Fam::Q1;
       break;
     case DType::VBit:
     case DType::VBitRo:
@@ -218,7 +220,7 @@ Plan make_plan(const WeightView& w, bool exact) {
       (pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q4TP) && pl.cols % 32 == 0;
   // q1s: the outliers are added by a binary search per row, which needs ascending indices
   const bool q1 = (pl.t == DType::Q1 || (pl.t == DType::Q1S && pl.q1s.ascending)) && pl.cols % 32 == 0;
-  pl.int8 = !exact && (q8 || nib || q1 || pl.t == DType::Q2TP);
+  pl.int8 = !exact && (q8 || nib || q1 || pl.t == DType::Q2TP || pl.t == DType::Q1T);
   if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch();
     grow(cs.col, pl.cols);
@@ -985,6 +987,68 @@ CQ_AVX2 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, float*
     for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
 }
 
+/// u = value + 1 ∈ {0, 1, 2} of the five base-3 digits of a q1t code byte b, digit p in byte p (bytes
+/// 5..7 zero). Code → value: 0 → 0, 1 → +1, 2 → −1 (quant/layout.h), so u = (digit + 1) mod 3.
+constexpr std::array<uint64_t, 256> kQ1tU = [] {
+  std::array<uint64_t, 256> a{};
+  for (uint32_t b = 0; b < 256; ++b)
+    for (uint32_t p = 0; p < 5; ++p) a[b] |= uint64_t{(quant::kQ1tDigits[b][p] + 1u) % 3u} << (8 * p);
+  return a;
+}();
+
+/// The 32 u8 u = value + 1 of q1t tile t (9 bytes, accepted by q1t_tile_ok) in natural column order:
+/// code byte j's five digits (kQ1tU) are weights 5j … 5j + 4, packed into four qwords with shifts
+/// (byte 6 gives weights 30, 31; its digits 2..4, zero, fall off the end).
+CQ_AVX2 inline __m256i q1t_u(const uint8_t* t) {
+  const uint64_t d0 = kQ1tU[t[2]], d1 = kQ1tU[t[3]], d2 = kQ1tU[t[4]], d3 = kQ1tU[t[5]], d4 = kQ1tU[t[6]],
+                 d5 = kQ1tU[t[7]], d6 = kQ1tU[t[8]];
+  return _mm256_setr_epi64x(
+      static_cast<long long>(d0 | d1 << 40), static_cast<long long>(d1 >> 24 | d2 << 16 | d3 << 56),
+      static_cast<long long>(d3 >> 8 | d4 << 32), static_cast<long long>(d4 >> 32 | d5 << 8 | d6 << 48));
+}
+
+/// q1t's base: R rows × T tokens over single tiles (32 weights). Each tile's code bytes are checked as
+/// the exact path does (quant::q1t_tile_ok → Error(Parse) naming row and group) and turned into u = value
+/// + 1 ∈ {0, 1, 2} (q1t_u) against the natural-order activation (Fam::Q1, bias −Σq), so every int32 lane
+/// is Σ value·q; lane scale d_b·s (the tile's f16 scale). The overlay is added by the caller
+/// (simd_detail::add_q1t_overlay). Same per-output operation sequence for every R, T.
+template <int R, int T>
+CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const uint64_t gpr = pl.gpr, pfd = prefetch_distance(pl.row_bytes, R);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
+  for (uint64_t g = 0; g < gpr; ++g) {
+    __m256i u[R];
+    float sw[R];
+    CQ_UNROLL
+    for (int k = 0; k < R; ++k) {
+      const uint8_t* tile = pl.q1t.base + quant::kQ1tTileBytes * (rows[k] * gpr + g);
+      prefetch(tile + pfd);
+      if (!quant::q1t_tile_ok(tile))
+        fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte",
+             pl.w->name, rows[k], g);
+      sw[k] = _cvtsh_ss(load_le<uint16_t>(tile));
+      u[k] = q1t_u(tile);
+    }
+    CQ_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].xq + 32 * g));
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bias + 8 * g));
+      const float d = a[t].d[g];
+      CQ_UNROLL
+      for (int k = 0; k < R; ++k) {
+        // u × q: pairs ≤ 2·2·127, exact; + bias = Σ (u − 1)·q = Σ value·q per lane.
+        const __m256i iv = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u[k], xq), ones), bias);
+        f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_set1_ps(d * sw[k]), f[k][t]);
+      }
+    }
+  }
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
+}
+
 template <int R, int T>
 CQ_AVX2 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                        const QAct* a, float* out) {
@@ -1004,6 +1068,9 @@ CQ_AVX2 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* row
     case DType::Q1:
     case DType::Q1S:
       tile_q1<R, T>(pl, rows, a, out);
+      break;
+    case DType::Q1T:
+      tile_q1t<R, T>(pl, rows, a, out);
       break;
     default:
       tile_q8<R, T>(pl, rows, a, out);
@@ -1115,6 +1182,8 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
         // q1s takes this path only with ascending outliers (make_plan), so the pass cannot fail
         if (pl.t == DType::Q1S)
           (void)simd_detail::add_q1s_outliers(pl.q1s, pl.p, pl.gpr, pl.cols, r0, rc, x, n, y, y_stride, j0);
+        if (pl.t == DType::Q1T)
+          simd_detail::add_q1t_overlay(pl.q1t, pl.w->name, pl.cols, r0, rc, x, n, y, y_stride, j0);
         continue;
       }
       switch (pl.t) {

@@ -21,29 +21,33 @@
 //    Numerical Algorithms", §3.1):
 //      |y − y_ref| ≤ γ_(⌈cols/16⌉+4) · Σ_c |ŵ_c·x_c| + 2^-24·|y_ref|,   γ_k = k·2^-24 / (1 − k·2^-24)
 //    (for cols = 4864: ≤ 1.8e-5 · Σ|ŵx|).
-//  * int8 (`exact = false`), for q8_row, q8_2f, q2tp, and q4_tiled, q4tp, q4_block, q1, q1s when
+//  * int8 (`exact = false`), for q8_row, q8_2f, q2tp, q1t, and q4_tiled, q4tp, q4_block, q1, q1s when
 //    cols % 32 == 0 (q1s: when its outlier indices are strictly ascending): the
 //    activation is quantized per 32-column block like llama.cpp's q8_0 (d_b = absmax_b/127 in f32,
 //    q = rne(x·(127/absmax_b)), so |x − d_b·q| ≤ d_b/2 + ulp). Each block's integer dot Σ w_code·q is
 //    formed exactly with _mm256_maddubs_epi16 + _mm256_madd_epi16 (q8: |w| × q·sign(w); 4-bit codes:
-//    nibble × q plus the per-lane bias −8·Σq; q1: 2·bit × q plus −Σq, i.e. Σ (2·bit − 1)·q; q2tp: 2·code
+//    nibble × q plus the per-lane bias −8·Σq; q1: 2·bit × q plus −Σq, i.e. Σ (2·bit − 1)·q; q1t: u × q
+//    plus −Σq with u = value + 1 ∈ {0, 1, 2} from the tile's base-3 code bytes (a 256-entry table of 5
+//    packed u8 digits per byte, its code bytes checked as on the exact path), i.e. Σ value·q; q2tp: 2·code
 //    × q in four bit planes summed in int16 (≤ 4·2·6·127 < 2^15) plus −3·Σq, i.e. 2·Σ (code − 1.5)·q,
 //    against an activation laid out in matching planes), converted to f32 and FMA'd into one 8-lane
 //    accumulator per output with the block scale d_b (times the group scale for the 4-bit, 2-bit and
 //    1-bit codecs — q2tp's from the row's ladder, halved with d_b; the q8 codecs multiply the row scale
 //    at the end). q1s adds, per output, Σ_e (value_e − base_e)·x_(c_e) over the row's outliers (base_e =
 //    the q1 ±s under outlier e) in f32 FMAs against the unquantized activation, in file order, after the
-//    int8 base. For q8_row / q8_2f a block is the 32 columns that one int32 lane of
-//    _mm256_madd_epi16 sums over 8 blocks (32b + 4j … 32b + 4j + 3 for the 8 blocks b of a 256-column
-//    chunk, fewer in the last chunk): the lanes are summed in int32 over the chunk and get one convert
-//    and FMA per 256 columns instead of per 32. Error vs the exact product:
+//    int8 base; q1t likewise adds Σ_e value_e·x_(c_e) over its row's overlay entries (base code 0 there)
+//    in f32, in file order, after checking the row (quant::q1t_check_row). For q8_row / q8_2f a block is the
+//    32 columns that one int32 lane of _mm256_madd_epi16 sums over 8 blocks (32b + 4j … 32b + 4j + 3 for the
+//    8 blocks b of a 256-column chunk, fewer in the last chunk): the lanes are summed in int32 over the chunk
+//    and get one convert and FMA per 256 columns instead of per 32. Error vs the exact product:
 //      |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254   (plus f32 rounding, ~γ_(cols/32+6) relative).
 //    q8_2f folds its column field into the activation first (x'_c = x_c·col_c, quantized per block; the
 //    bound then uses |ŵ_c|/col_c and absmax'_b); for q1s, |ŵ_c| at an outlier column is replaced by
 //    max(|ŵ_c|, s) (the int8 part multiplies the base ±s there; the outlier correction adds only f32
-//    rounding). A block holding a NaN/±Inf activation yields NaN outputs. Every other case (f32, f16,
-//    bf16, q1t, vbit, vbit_ro, q4_* / q1 with cols % 32 != 0, q1s with unordered outliers) takes the
-//    exact path when exact = false.
+//    rounding; q1t's overlay columns carry base 0 in the int8 part, so |ŵ_c| over-bounds them).
+//    A block holding a NaN/±Inf activation yields NaN outputs. Every other case (f32, f16, bf16, vbit,
+//    vbit_ro, q4_* / q1 with cols % 32 != 0, q1s with unordered outliers) takes the exact path when exact =
+//    false.
 //
 // Threads: output rows are split in contiguous blocks of 16 over ThreadPool::parallel_for; each output is
 // computed by one thread with arithmetic that depends neither on the split nor on the register tile it
@@ -67,23 +71,23 @@ bool avx2_cpu_ok() noexcept;
 
 /// Whether matvec_rows_avx2 / matmul_avx2 implement `t` on this CPU: true for f32, f16, bf16, q8_row,
 /// q8_2f, q4_block, q4_tiled, q4tp, q2tp, q1, q1s (unordered outliers: exact path through
-/// quant::RowDecoder), q1t, vbit, vbit_ro when avx2_cpu_ok(); false otherwise (u8 and the reserved
-/// ids: the caller uses the reference there).
+/// quant::RowDecoder), q1t (int8 path tile_q1t), vbit, vbit_ro when avx2_cpu_ok(); false otherwise (u8 and
+/// the reserved ids: the caller uses the reference there).
 bool avx2_supported(quant::DType t) noexcept;
 
 /// y[i] = Σ_c W[row_begin+i, c]·x[c] for i < row_count. W: `[rows, cols]` row-major (w.rows(), w.cols()),
 /// x: [cols] f32, y: [row_count] f32. `exact` selects the f32-activation path, otherwise the
 /// int8-activation path where one exists (file comment for both and their error bounds). Throws
 /// Error(Unsupported) when !avx2_supported(w.dtype), Error(Parse) for a payload whose size/layout does not
-/// match dtype and shape (quant::validate_payload / the layout parsers on every call; q1t code bytes when
-/// their rows are decoded), Error(Bounds) for a row range outside [0, rows).
+/// match dtype and shape (quant::validate_payload / the layout parsers on every call; q1t code bytes and
+/// overlay rows when their rows are read, on either path), Error(Bounds) for a row range outside [0, rows).
 void matvec_rows_avx2(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
                       ThreadPool& pool, bool exact);
 
 /// Batched (prefill) product: Y[i, r] = Σ_c W[r, c]·X[i, c] for i < n, r < rows. X: `[n, cols]`, Y:
 /// `[n, rows]`. Each block of 16 weight rows is decoded (exact path, quantized codecs) once and applied to
-/// all n tokens in register tiles of 2 rows × 2 tokens (int8 path: q2tp 4 rows × 2 tokens, q1 / q1s 2 × 4
-/// when n % 4 == 0); each Y[i, r] is computed with exactly the arithmetic of matvec_rows_avx2 with the same
+/// all n tokens in register tiles of 2 rows × 2 tokens (int8 path: q2tp 4 rows × 2 tokens, q1 / q1s / q1t 2 ×
+/// 4 when n % 4 == 0); each Y[i, r] is computed with exactly the arithmetic of matvec_rows_avx2 with the same
 /// `exact` flag, so the result is bit-identical to n matvec calls. Same errors as matvec_rows_avx2.
 void matmul_avx2(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool, bool exact);
 

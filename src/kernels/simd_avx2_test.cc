@@ -36,7 +36,7 @@ std::vector<DType> avx2_dtypes() {
 
 /// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
 bool has_int8(DType t, uint64_t cols) {
-  if (t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q2TP) return true;
+  if (t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q2TP || t == DType::Q1T) return true;
   return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP || t == DType::Q1 ||
           t == DType::Q1S) &&
          cols % 32 == 0;
@@ -365,7 +365,7 @@ TEST(Avx2, NonFiniteActivationGivesNaN) {
   if (!avx2_cpu_ok()) GTEST_SKIP();
   const uint64_t rows = 5, cols = 160;
   for (DType t : {DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4Block, DType::Q4TP, DType::Q2TP,
-                  DType::Q1, DType::Q1S}) {
+                  DType::Q1, DType::Q1S, DType::Q1T}) {
     ASSERT_TRUE(has_int8(t, cols));
     const Tensor w = make(t, rows, cols, gaussian(rows * cols, 51, 0.1f));
     for (uint64_t c : {uint64_t{3}, uint64_t{140}}) {
@@ -380,6 +380,110 @@ TEST(Avx2, NonFiniteActivationGivesNaN) {
         for (float f : Y) EXPECT_TRUE(std::isnan(f)) << quant::dtype_name(t) << " col " << c << " " << f;
       }
     }
+  }
+}
+
+// q1t's int8 kernel checks every tile's code bytes (bytes 0..5 < 243, the two-code byte 6 < 9) as the
+// exact path does: a bad byte is a Parse error naming its row and group, in matvec (4-row tiles) and in
+// matmul (2 × 2 and 2 × 4 tiles), on both paths.
+TEST(Avx2, Q1tBadCodeByteNamesRowAndGroup) {
+  if (!avx2_supported(DType::Q1T)) GTEST_SKIP();
+  const uint64_t rows = 3, cols = 320;
+  const Tensor q = make(DType::Q1T, rows, cols, gaussian(rows * cols, 48));
+  struct Case {
+    uint64_t row, group, byte;
+    uint8_t value;
+  };
+  for (const Case c : {Case{1, 3, 5, 243}, Case{2, 9, 6, 9}, Case{0, 7, 6, 200}, Case{2, 0, 0, 255}}) {
+    std::vector<uint8_t> bytes = q.bytes;
+    bytes[(c.row * cols / 32 + c.group) * quant::kQ1tTileBytes + 2 + c.byte] = c.value;
+    const WeightView qv{DType::Q1T, q.view.shape, bytes, "q1t"};
+    const auto x = gaussian(cols * 4, 49);
+    std::vector<float> y(rows * 4);
+    const std::string want = "row " + std::to_string(c.row) + ", group " + std::to_string(c.group);
+    for (bool exact : {true, false})
+      for (size_t n : {size_t{1}, size_t{2}, size_t{4}}) {
+        try {
+          if (n == 1)
+            matvec_rows_avx2(qv, 0, rows, x.data(), y.data(), serial_pool(), exact);
+          else
+            matmul_avx2(qv, x.data(), n, y.data(), serial_pool(), exact);
+          ADD_FAILURE() << "no throw: " << want;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+          EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what() << " / " << want;
+        }
+      }
+  }
+}
+
+// The q1t overlay (sparse f16 values over base code 0) is added in f32 after the int8 base: values
+// within the int8 bound of the reference (which decodes the overlay), 1–3 threads bitwise equal, matmul
+// (n = 5: 2 × 2 tiles, n = 4: 2 × 4) bitwise equal to matvecs, and the overlay really applied.
+TEST(Avx2, Q1tOverlayOnBothPaths) {
+  if (!avx2_supported(DType::Q1T)) GTEST_SKIP();
+  const uint64_t rows = 21, cols = 288;
+  const Tensor w = test::q1t_with_overlay(rows, cols, 50);
+  ASSERT_GT(w.bytes.size(), rows * cols / 32 * quant::kQ1tTileBytes + 4 * (rows + 1) + 4 * 30);
+  const auto X = gaussian(5 * cols, 51);
+  for (bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "exact" : "int8");
+    const auto y = check_matvec(w, 0, rows, X, exact);
+    check_matvec(w, 3, 15, X, exact);
+    EXPECT_GT(std::fabs(y[0]), 10.0f);  // the overlay value 100 dominates row 0
+    for (size_t n : {size_t{4}, size_t{5}}) {
+      std::vector<float> Y(n * rows), yi(rows);
+      matmul_avx2(w.view, X.data(), n, Y.data(), serial_pool(), exact);
+      for (size_t i = 0; i < n; ++i) {
+        matvec_rows_avx2(w.view, 0, rows, X.data() + i * cols, yi.data(), serial_pool(), exact);
+        EXPECT_EQ(0, std::memcmp(yi.data(), Y.data() + i * rows, rows * 4)) << "n " << n << " token " << i;
+      }
+    }
+  }
+  // int8 with x = e_c at an overlay column of row 0 and 0 elsewhere: only the overlay term is nonzero
+  // (the int8 base multiplies code 0 there), so y[0] is exactly the overlay value.
+  const quant::Q1tView v = quant::q1t_view(w.view.shape, w.bytes, "w");
+  ASSERT_GE(v.ptr(1), 3u);
+  for (uint32_t e = 0; e < 3; ++e) {
+    std::vector<float> one(cols, 0.0f), y(rows);
+    one[v.col(e)] = 1.0f;
+    matvec_rows_avx2(w.view, 0, rows, one.data(), y.data(), serial_pool(), false);
+    EXPECT_EQ(y[0], v.value(e)) << "entry " << e;
+    EXPECT_EQ(y[0], w.deq[v.col(e)]);
+  }
+}
+
+// Every base-3 code byte value at every code position: a q1t row of 32-column tiles whose code bytes run
+// through 0..242 (byte 6: 0..8), one-hot activations x_c = 127/128 (d = 1/128, q = 127 exactly): the int8
+// result is the decoded weight (the tile's ±s or 0) times 127/128 exactly (a single nonzero product of
+// exact factors), so the digit mapping is checked weight by weight.
+TEST(Avx2, Q1tInt8DigitMappingEveryByte) {
+  if (!avx2_supported(DType::Q1T)) GTEST_SKIP();
+  const uint64_t rows = 4, cols = 32 * 61;  // 4·61 = 244 tiles ≥ 243 code byte values per position
+  Tensor w = make(DType::Q1T, rows, cols, gaussian(rows * cols, 81, 0.1f));
+  const uint64_t gpr = cols / 32;
+  for (uint64_t t = 0; t < rows * gpr; ++t) {
+    uint8_t* tile = w.bytes.data() + t * quant::kQ1tTileBytes;
+    for (int j = 0; j < 6; ++j) tile[2 + j] = static_cast<uint8_t>((t + 37 * j) % 243);
+    tile[8] = static_cast<uint8_t>(t % 9);
+  }
+  w.view.payload = w.bytes;
+  quant::decode(DType::Q1T, w.view.shape, w.bytes, w.deq);
+  std::vector<float> X(64 * cols, 0.0f), Y(64 * rows), y(rows);
+  for (uint64_t c0 = 0; c0 < cols; c0 += 64) {
+    const uint64_t m = std::min<uint64_t>(64, cols - c0);
+    std::fill(X.begin(), X.end(), 0.0f);
+    for (uint64_t i = 0; i < m; ++i) X[i * cols + c0 + i] = 127.0f / 128.0f;
+    matmul_avx2(w.view, X.data(), m, Y.data(), serial_pool(), false);
+    for (uint64_t i = 0; i < m; ++i)
+      for (uint64_t r = 0; r < rows; ++r) {
+        const float want = w.deq[r * cols + c0 + i];
+        ASSERT_EQ(Y[i * rows + r], want * (127.0f / 128.0f)) << "row " << r << " col " << c0 + i;
+        const uint8_t* tile = w.bytes.data() + (r * gpr + (c0 + i) / 32) * quant::kQ1tTileBytes;
+        const uint32_t code = quant::q1t_code(tile, static_cast<uint32_t>((c0 + i) % 32));
+        const float s = f16_to_f32(load_le<uint16_t>(tile));
+        ASSERT_EQ(want, code == 0 ? 0.0f : code == 1 ? s : -s);
+      }
   }
 }
 

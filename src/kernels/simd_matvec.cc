@@ -1111,11 +1111,6 @@ CQ_AVX512 inline void nib_load(const Plan& pl, const BlockState& st, uint64_t r,
   }
 }
 
-/// Fully unrolls a loop over a tile's R rows, so the R×T f32 accumulators stay in registers: GCC
-/// leaves a row loop with a long body rolled and keeps the accumulators on the stack (a load and a
-/// store per FMA).
-#define CQ_UNROLL_ROWS _Pragma("GCC unroll 8")
-
 // Register-blocked int8 tiles: R weight rows × T tokens. Each weight superblock is loaded/unpacked
 // once and applied to T tokens, each activation superblock once and applied to R rows. Every output
 // is computed with the same sequence of operations whatever R and T are (one f32 accumulator per
@@ -1171,7 +1166,7 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
       for (int k = 0; k < R; ++k) f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k][t]), d, f[k][t]);
     }
   }
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     const float sc = f16_to_f32(load_le<uint16_t>(pl.scales + 2 * rows[k]));
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]) * sc;
@@ -1185,7 +1180,7 @@ CQ_AVX512 inline void nib_step(const Plan& pl, const BlockState& st, const uint6
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512i lo[R], hi[R];
   __m512 sw[R];
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     __m512i v;
     nib_load<D, Full>(pl, st, rows[k], li[k], s, pfd, v, sw[k]);
@@ -1196,7 +1191,7 @@ CQ_AVX512 inline void nib_step(const Plan& pl, const BlockState& st, const uint6
     const __m512i x0 = _mm512_loadu_si512(a[t].xq + 128 * s), x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
     const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
     const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-    CQ_UNROLL_ROWS
+    CQ_UNROLL
     for (int k = 0; k < R; ++k) {
       const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, lo[k], x0), hi[k], x1);
       f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sw[k]), f[k][t]);
@@ -1252,7 +1247,7 @@ CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint
                                 __m512 (&f)[R][T]) {
   const __m512i gmap = _mm512_load_si512(NS == 4 ? kNibqQuadGroup : kNibqPairGroup);
   const uint64_t g0 = 4 * s0;
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     const uint8_t* wp =
         D == DType::Q4TP ? pl.tp.row_weights(rows[k]) + 16 * g0 : pl.p + 16 * (rows[k] * pl.gpr + g0);
@@ -1307,7 +1302,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
   const __m512i expand2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const uint8_t* w[R];
   const float* gs[R];
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     w[k] = pl.tp.row_weights(rows[k]);
     gs[k] = st.row_scales(li[k]);
@@ -1319,7 +1314,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
     const uint64_t g0 = 8 * s, ng = std::min<uint64_t>(8, gpr - g0);
     __m512i p[R][4];
     __m512 sw[R];
-    CQ_UNROLL_ROWS
+    CQ_UNROLL
     for (int k = 0; k < R; ++k) {
       prefetch(w[k] + 8 * g0 + pfd);
       const __m512i v = ng == 8 ? _mm512_loadu_si512(w[k] + 8 * g0)
@@ -1336,7 +1331,7 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
       const __m512i x2 = _mm512_loadu_si512(xq + 128), x3 = _mm512_loadu_si512(xq + 192);
       const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
       const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-      CQ_UNROLL_ROWS
+      CQ_UNROLL
       for (int k = 0; k < R; ++k) {
         __m512i acc = _mm512_dpbusd_epi32(bias, p[k][0], x0);
         acc = _mm512_dpbusd_epi32(acc, p[k][1], x1);
@@ -1407,7 +1402,7 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
   const __mmask64 code_bytes = 0x7F7F7F7F7F7F7F7Full;
   __m512i u[R][5];
   __m512 sw[R];
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     const uint8_t* tp = pl.q1t.base + (rows[k] * gpr + g0) * quant::kQ1tTileBytes;
     prefetch(tp + pfd);
@@ -1433,7 +1428,7 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
     const int8_t* xq = a[t].xq + 320 * s;
     const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
     const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-    CQ_UNROLL_ROWS
+    CQ_UNROLL
     for (int k = 0; k < R; ++k) {
       __m512i acc = _mm512_dpbusd_epi32(bias, u[k][0], _mm512_loadu_si512(xq));
       for (int p = 1; p < 5; ++p) acc = _mm512_dpbusd_epi32(acc, u[k][p], _mm512_loadu_si512(xq + 64 * p));
@@ -1461,21 +1456,6 @@ CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
-/// Adds the q1t overlay of rows [r0, r0+rc) (block-local j0 + k) to the int8 tiles' outputs in f32:
-/// Y[i·y_stride + j0 + k] += Σ_e value_e·X[i, col_e], entries in file order; checks each row
-/// (quant::q1t_check_row) first.
-void add_q1t_overlay(const Plan& pl, uint64_t r0, uint64_t rc, const float* x, size_t n, float* y,
-                     size_t y_stride, uint64_t j0) {
-  for (uint64_t k = 0; k < rc; ++k) {
-    quant::q1t_check_row(pl.q1t, r0 + k, pl.name);
-    for (uint32_t e = pl.q1t.ptr(r0 + k); e < pl.q1t.ptr(r0 + k + 1); ++e) {
-      const uint16_t c = pl.q1t.col(e);
-      const float v = pl.q1t.value(e);
-      for (size_t i = 0; i < n; ++i) y[i * y_stride + j0 + k] += v * x[i * pl.cols + c];
-    }
-  }
-}
-
 /// vpermi2b indices that split 128 natural-order codes (two registers) into the NIB layout: per
 /// 32-code group j, its 16 even codes at 16j.. of the first result and its 16 odd codes at 16j.. of
 /// the second.
@@ -1499,7 +1479,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
   const uint8_t* rp[R];
   uint32_t b[R];
   __m512i L[R];
-  CQ_UNROLL_ROWS
+  CQ_UNROLL
   for (int k = 0; k < R; ++k) {
     b[k] = pl.vb->width(rows[k]);
     rp[k] = pl.vb->row(rows[k]);
@@ -1513,7 +1493,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
     const uint64_t ng = std::min<uint64_t>(4, (cols - 128 * s) / 32);
     __m512i ue[R], uo[R];
     __m512 sw[R];
-    CQ_UNROLL_ROWS
+    CQ_UNROLL
     for (int k = 0; k < R; ++k) {
       prefetch(rp[k] + 16 * b[k] * s + pfd);
       const __m512i u0 = vb_codes(rp[k], 2 * s, cols, b[k]);
@@ -1530,7 +1510,7 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
                     x1 = _mm512_loadu_si512(a[t].xq + 128 * s + 64);
       const __m512i bias = _mm512_loadu_si512(a[t].bias + 16 * s);
       const __m512 d = _mm512_loadu_ps(a[t].d + 16 * s);
-      CQ_UNROLL_ROWS
+      CQ_UNROLL
       for (int k = 0; k < R; ++k) {
         const __m512i acc =
             _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_mullo_epi32(bias, L[k]), ue[k], x0), uo[k], x1);
@@ -1556,7 +1536,7 @@ CQ_AVX512 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, floa
     const bool both = 2 * s + 1 < gpr;
     __m512i u[R];
     __m512 sw[R];
-    CQ_UNROLL_ROWS
+    CQ_UNROLL
     for (int k = 0; k < R; ++k) {
       const uint8_t* ta = pl.p + quant::kQ1TileBytes * (rows[k] * gpr + 2 * s);
       prefetch(ta + pfd);
@@ -1714,7 +1694,8 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
   if (is_tp) prep_tp(pl, r0, rc, std::min<uint64_t>(ahead * kRowBlock, j.row_count - j0), st);
   if (pl.int8) {
     block_int8(pl, st, r0, rc, acts, n, y, y_stride, j0);
-    if (pl.t == DType::Q1T) add_q1t_overlay(pl, r0, rc, x, n, y, y_stride, j0);
+    if (pl.t == DType::Q1T)
+      simd_detail::add_q1t_overlay(pl.q1t, pl.name, pl.cols, r0, rc, x, n, y, y_stride, j0);
     // an entry out of order → finish_q1s redoes the call
     if (pl.t == DType::Q1S &&
         !simd_detail::add_q1s_outliers(pl.q1s, pl.p, pl.gpr, pl.cols, r0, rc, x, n, y, y_stride, j0))
