@@ -944,49 +944,6 @@ CQ_AVX2 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* rows,
     for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
 }
 
-/// q1 / q1s's base: R rows × T tokens over single tiles (32 weights): u8 = 2·bit (bit k of code byte j
-/// is weight 8j + k) against the natural-order activation (Fam::Q1, bias −Σq), so every int32 lane is
-/// Σ (2·bit − 1)·q; lane scale d_b·s (the tile's f16 scale).
-template <int R, int T>
-CQ_AVX2 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
-  const uint64_t gpr = pl.gpr, pfd = prefetch_distance(pl.row_bytes, R);
-  const __m256i ones = _mm256_set1_epi16(1), two = _mm256_set1_epi8(2);
-  // the 4 code bytes broadcast, byte j to bytes 8j … 8j + 7 (128-bit lane 0: j = 0, 1; lane 1: 2, 3)
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
-                                          2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bitm = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  __m256 f[R][T];
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
-  for (uint64_t g = 0; g < gpr; ++g) {
-    __m256i u[R];
-    float sw[R];
-    CQ_UNROLL
-    for (int k = 0; k < R; ++k) {
-      const uint8_t* tile = pl.p + quant::kQ1TileBytes * (rows[k] * gpr + g);
-      prefetch(tile + pfd);
-      sw[k] = _cvtsh_ss(load_le<uint16_t>(tile));
-      const __m256i b =
-          _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(load_le<uint32_t>(tile + 2))), spread);
-      u[k] = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bitm), bitm), two);
-    }
-    CQ_UNROLL
-    for (int t = 0; t < T; ++t) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].xq + 32 * g));
-      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bias + 8 * g));
-      const float d = a[t].d[g];
-      CQ_UNROLL
-      for (int k = 0; k < R; ++k) {
-        // 2·bit × q: pairs ≤ 2·2·127, exact; + bias = Σ (2·bit − 1)·q per lane.
-        const __m256i iv = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u[k], xq), ones), bias);
-        f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_set1_ps(d * sw[k]), f[k][t]);
-      }
-    }
-  }
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
-}
-
 /// u = value + 1 ∈ {0, 1, 2} of the five base-3 digits of a q1t code byte b, digit p in byte p (bytes
 /// 5..7 zero). Code → value: 0 → 0, 1 → +1, 2 → −1 (quant/layout.h), so u = (digit + 1) mod 3.
 constexpr std::array<uint64_t, 256> kQ1tU = [] {
@@ -1007,13 +964,14 @@ CQ_AVX2 inline __m256i q1t_u(const uint8_t* t) {
       static_cast<long long>(d3 >> 8 | d4 << 32), static_cast<long long>(d4 >> 32 | d5 << 8 | d6 << 48));
 }
 
-/// q1t's base: R rows × T tokens over single tiles (32 weights). Each tile's code bytes are checked as
-/// the exact path does (quant::q1t_tile_ok → Error(Parse) naming row and group) and turned into u = value
-/// + 1 ∈ {0, 1, 2} (q1t_u) against the natural-order activation (Fam::Q1, bias −Σq), so every int32 lane
-/// is Σ value·q; lane scale d_b·s (the tile's f16 scale). The overlay is added by the caller
-/// (simd_detail::add_q1t_overlay). Same per-output operation sequence for every R, T.
-template <int R, int T>
-CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+/// Fam::Q1 tiles, R rows × T tokens over single tiles of 32 weights against the natural-order
+/// activation (bias −Σq): `unpack(tile, u, s)` gives a tile's 32 u8 codes u (so that u − 1 is the
+/// weight's value in units of s) and its scale s; every int32 lane is then Σ (u − 1)·q (maddubs pairs ≤
+/// 2·2·127, exact), times the lane scale d_b·s. Tile g of row r starts at base + tile_bytes·(r·gpr + g).
+/// Same per-output operation sequence for every R, T.
+template <int R, int T, class Unpack>
+CQ_AVX2 inline void tile_q1_family(const Plan& pl, const uint8_t* base, uint64_t tile_bytes,
+                                   const uint64_t* rows, const QAct* a, float* out, Unpack unpack) {
   const uint64_t gpr = pl.gpr, pfd = prefetch_distance(pl.row_bytes, R);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 f[R][T];
@@ -1024,13 +982,9 @@ CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float
     float sw[R];
     CQ_UNROLL
     for (int k = 0; k < R; ++k) {
-      const uint8_t* tile = pl.q1t.base + quant::kQ1tTileBytes * (rows[k] * gpr + g);
+      const uint8_t* tile = base + tile_bytes * (rows[k] * gpr + g);
       prefetch(tile + pfd);
-      if (!quant::q1t_tile_ok(tile))
-        fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte",
-             pl.w->name, rows[k], g);
-      sw[k] = _cvtsh_ss(load_le<uint16_t>(tile));
-      u[k] = q1t_u(tile);
+      unpack(tile, rows[k], g, u[k], sw[k]);
     }
     CQ_UNROLL
     for (int t = 0; t < T; ++t) {
@@ -1039,7 +993,6 @@ CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float
       const float d = a[t].d[g];
       CQ_UNROLL
       for (int k = 0; k < R; ++k) {
-        // u × q: pairs ≤ 2·2·127, exact; + bias = Σ (u − 1)·q = Σ value·q per lane.
         const __m256i iv = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u[k], xq), ones), bias);
         f[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_set1_ps(d * sw[k]), f[k][t]);
       }
@@ -1047,6 +1000,41 @@ CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float
   }
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
+}
+
+/// q1 / q1s's base (tile_q1_family): u8 = 2·bit (bit k of code byte j is weight 8j + k), so every lane
+/// is Σ (2·bit − 1)·q; lane scale d_b·s (the tile's f16 scale).
+template <int R, int T>
+CQ_AVX2 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  const __m256i two = _mm256_set1_epi8(2);
+  // the 4 code bytes broadcast, byte j to bytes 8j … 8j + 7 (128-bit lane 0: j = 0, 1; lane 1: 2, 3)
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                          2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bitm = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  tile_q1_family<R, T>(pl, pl.p, quant::kQ1TileBytes, rows, a, out,
+                       [&](const uint8_t* tile, uint64_t, uint64_t, __m256i& u, float& s) CQ_AVX2 {
+                         s = _cvtsh_ss(load_le<uint16_t>(tile));
+                         const __m256i b = _mm256_shuffle_epi8(
+                             _mm256_set1_epi32(static_cast<int>(load_le<uint32_t>(tile + 2))), spread);
+                         u = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bitm), bitm), two);
+                       });
+}
+
+/// q1t's base (tile_q1_family): each tile's code bytes are checked as the exact path does
+/// (quant::q1t_tile_ok → Error(Parse) naming row and group) and turned into u = value + 1 ∈ {0, 1, 2}
+/// (q1t_u), so every lane is Σ value·q; lane scale d_b·s. The overlay is added by the caller
+/// (simd_detail::add_q1t_overlay).
+template <int R, int T>
+CQ_AVX2 void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
+  tile_q1_family<R, T>(pl, pl.q1t.base, quant::kQ1tTileBytes, rows, a, out,
+                       [&](const uint8_t* tile, uint64_t r, uint64_t g, __m256i& u, float& s) CQ_AVX2 {
+                         if (!quant::q1t_tile_ok(tile))
+                           fail(ErrorKind::Parse,
+                                "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte",
+                                pl.w->name, r, g);
+                         s = _cvtsh_ss(load_le<uint16_t>(tile));
+                         u = q1t_u(tile);
+                       });
 }
 
 template <int R, int T>
