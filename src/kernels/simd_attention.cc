@@ -187,11 +187,11 @@ CQ_AVX512 void stage_keys(const KvLayerView& kv, size_t row0, size_t nb, size_t 
 }
 
 struct Scratch {
-  std::vector<float> q;       // [group, hdp] zero-padded query heads
-  std::vector<float> kblk;    // [16, hdp] staged key block
-  std::vector<float> sc;      // [group, nkp] scores, then exp weights
-  std::vector<float> inv;     // [group] 1/Σe
-  std::vector<size_t> alive;  // query head indices (within group) that are computed
+  simd_detail::LineVec<float> q;     // [group, hdp] zero-padded query heads
+  simd_detail::LineVec<float> kblk;  // [16, hdp] staged key block
+  simd_detail::LineVec<float> sc;    // [group, nkp] scores, then exp weights
+  simd_detail::LineVec<float> inv;   // [group] 1/Σe
+  std::vector<size_t> alive;         // query head indices (within group) that are computed
   std::vector<const float*> e;
   std::vector<float*> o;
 };

@@ -69,6 +69,7 @@ namespace {
 using simd_detail::exp2_f16_table;
 using simd_detail::grow;
 using simd_detail::kRowBlock;
+using simd_detail::LineVec;
 using simd_detail::prefetch_distance;
 
 inline void prefetch(const void* p) {
@@ -122,10 +123,10 @@ struct Plan {
 /// Caller-thread scratch: q8_2f column field and quantized activations.
 struct CallScratch {
   quant::VBitView vb;
-  std::vector<float> col;
-  std::vector<int8_t> xq;
-  std::vector<float> d;
-  std::vector<int32_t> bias;
+  LineVec<float> col;
+  LineVec<int8_t> xq;
+  LineVec<float> d;
+  LineVec<int32_t> bias;
 };
 CallScratch& call_scratch() {
   thread_local CallScratch s;
@@ -134,10 +135,10 @@ CallScratch& call_scratch() {
 
 /// Per-thread state of one block of ≤ kRowBlock rows.
 struct BlockState {
-  float lad[kRowBlock][32];   // q4tp/q2tp ladders of the block's rows
-  std::vector<float> gs;      // q2tp int8: group scales, row i at gs[i·gs_stride + g] (0 past gpr)
-  uint64_t gs_stride = 0;     // gpr rounded up to 8
-  std::vector<float> rowbuf;  // decoded rows (exact path, quantized codecs)
+  float lad[kRowBlock][32];  // q4tp/q2tp ladders of the block's rows
+  LineVec<float> gs;         // q2tp int8: group scales, row i at gs[i·gs_stride + g] (0 past gpr)
+  uint64_t gs_stride = 0;    // gpr rounded up to 8
+  LineVec<float> rowbuf;     // decoded rows (exact path, quantized codecs)
 };
 BlockState& block_state() {
   thread_local BlockState s;

@@ -16,6 +16,7 @@
 
 #include "quant/layout.h"
 #include "util/half.h"
+#include "util/line_vec.h"
 
 namespace cortiq::kernels::simd_detail {
 
@@ -36,9 +37,12 @@ inline uint64_t prefetch_distance(uint64_t row_bytes, int R) {
   return std::max<uint64_t>(1, (kPrefetchBytes + tile - 1) / tile) * tile;
 }
 
+/// The kernels' scratch vectors are cache-line aligned (util/line_vec.h).
+using cortiq::LineVec;
+
 /// Grows `v` to at least n elements (never shrinks: scratch stops allocating once warm).
-template <class T>
-void grow(std::vector<T>& v, size_t n) {
+template <class T, class A>
+void grow(std::vector<T, A>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 

@@ -83,6 +83,7 @@ namespace {
 using simd_detail::exp2_f16_table;
 using simd_detail::grow;
 using simd_detail::kRowBlock;
+using simd_detail::LineVec;
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantization (int8 path)
@@ -466,13 +467,13 @@ struct BlockState {
   uint64_t lad_r0 = 0, lad_n = 0;
   // q4tp/q2tp group scales of the block's rows: gsc[i·gsc_stride + g] = lad[i][code of tile g]
   // (gsc_stride = gpr rounded up to 16; the padding is zero).
-  std::vector<float> gsc;
+  LineVec<float> gsc;
   uint64_t gsc_stride = 0;
   std::vector<uint8_t> codes;  // zero-padded copy of a code row the 16-byte reads would overrun
   /// Group scales of block-local row i (gsc_stride floats).
   float* row_scales(uint64_t i) { return gsc.data() + i * gsc_stride; }
   const float* row_scales(uint64_t i) const { return gsc.data() + i * gsc_stride; }
-  std::vector<float> rowbuf;  // decoded rows (exact path)
+  LineVec<float> rowbuf;  // decoded rows (exact path)
 };
 BlockState& block_state() {
   thread_local BlockState s;
@@ -902,10 +903,10 @@ CQ_AVX512 float row_exact(const Plan& pl, const BlockState& st, uint64_t r, uint
 struct CallScratch {
   std::atomic<int> q1s_bad{0};  // Plan::q1s_bad
   quant::VBitView vb;           // vbit / vbit_ro view (row offsets reused between calls)
-  std::vector<float> col;
-  std::vector<int8_t> xq;
-  std::vector<float> d;
-  std::vector<int32_t> bias;
+  LineVec<float> col;
+  LineVec<int8_t> xq;
+  LineVec<float> d;
+  LineVec<int32_t> bias;
 };
 /// Most weights one matmul_multi_simd call takes (each needs its own call scratch).
 constexpr size_t kMaxMulti = 4;

@@ -168,5 +168,29 @@ TEST(BatchForward, InvalidBatchIsRejectedBeforeAnyCacheMoves) {
   expect_invalid({{tok, nullptr, l1}});                  // no cache
 }
 
+// The attention kernels read key and value rows with whole-line vector loads: every layer's
+// planes start on a cache line, in both storage widths (a plain std::vector of this size lands 16
+// bytes past a page).
+TEST(KvCache, LayerPlanesStartOnACacheLine) {
+  const cmf::ModelArch arch = test::llama_arch({.hidden_size = 64,
+                                                .intermediate_size = 172,
+                                                .num_layers = 3,
+                                                .num_attention_heads = 8,
+                                                .num_kv_heads = 4,
+                                                .head_dim = 8,
+                                                .vocab_size = 512,
+                                                .max_position_embeddings = 4096,
+                                                .tie_word_embeddings = true});
+  for (bool f16 : {false, true}) {
+    KvCache kv(arch, 4096, f16);
+    for (size_t l = 0; l < 3; ++l) {
+      const kernels::KvLayerView v = kv.layer_view(l);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.k) % 64, 0u) << "layer " << l << " f16 " << f16;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.v) % 64, 0u) << "layer " << l << " f16 " << f16;
+      EXPECT_EQ(v.f16, f16);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cortiq::model

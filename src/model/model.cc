@@ -119,9 +119,9 @@ struct Model::Impl {
   // allocate. Contents do not carry over between calls.
   struct Workspace {
     std::vector<size_t> row_seq, row_pos;          // [R] step index / KV position of each row
-    std::vector<float> h, n, tmp;                  // [R, hidden]: residual, normed, block output
-    std::vector<float> qraw, k, v, q, gate, att;   // attention projections and output
-    std::vector<float> ffn_g, ffn_u;               // [T, intermediate]
+    LineVec<float> h, n, tmp;                      // [R, hidden]: residual, normed, block output
+    LineVec<float> qraw, k, v, q, gate, att;       // attention projections and output
+    LineVec<float> ffn_g, ffn_u;                   // [T, intermediate]
     std::vector<float> moe_logits, moe_pf, moe_y;  // router logits [T, E], probs [E], expert out
     std::vector<double> moe_p;                     // [E]
     std::vector<size_t> moe_cand;                  // routable experts
@@ -406,8 +406,8 @@ void Model::set_mask(const cmf::TaskMask* m) {
 namespace {
 
 // Grow-only scratch: returns a buffer of at least n elements (contents unspecified).
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
+template <class T, class A>
+T* grow(std::vector<T, A>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }

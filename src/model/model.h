@@ -24,6 +24,7 @@
 #include "cmf/masks.h"
 #include "kernels/kernels.h"
 #include "model/tensor_source.h"
+#include "util/line_vec.h"
 
 namespace cortiq::model {
 
@@ -56,8 +57,8 @@ class KvCache {
   bool f16_ = false;
   std::vector<size_t> kv_dim_;  // n_kv_heads per layer
   size_t head_dim_ = 0;
-  std::vector<std::vector<float>> k32_, v32_;
-  std::vector<std::vector<uint16_t>> k16_, v16_;
+  std::vector<LineVec<float>> k32_, v32_;  // cache-line aligned: attention loads whole lines
+  std::vector<LineVec<uint16_t>> k16_, v16_;
 };
 
 /// Which logits forward() produces.
