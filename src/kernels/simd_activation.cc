@@ -1,4 +1,5 @@
 // AVX-512 SwiGLU (contract and accuracy in simd_activation.h).
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_activation.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -23,3 +24,5 @@ CQ_AVX512 void swiglu_simd(const float* g, const float* u, float* out, size_t n)
 }
 
 }  // namespace cortiq::kernels
+
+#endif  // x86

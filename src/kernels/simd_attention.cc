@@ -2,6 +2,7 @@
 //
 // Every function that uses AVX-512 intrinsics carries CQ_AVX512 (a `target` attribute) and is only
 // reached after the caller checked simd_cpu_ok() (simd_matvec.h).
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_attention.h"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
@@ -309,3 +310,5 @@ void attention_simd(const float* q, const KvLayerView& kv, size_t key_begin, siz
 }
 
 }  // namespace cortiq::kernels
+
+#endif  // x86

@@ -3,6 +3,7 @@
 //
 // Every function that uses AVX2 intrinsics carries CQ_AVX2 (a `target` attribute) and is only reached after
 // avx2_cpu_ok() checked the CPU with __builtin_cpu_supports.
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_avx2.h"
 
 // GCC 12 reports its own _mm256_undefined_* placeholders inside the intrinsic headers as uninitialized (a
@@ -1227,3 +1228,5 @@ void matmul_avx2(const WeightView& w, const float* x, size_t n, float* y, Thread
 }
 
 }  // namespace cortiq::kernels
+
+#endif  // x86

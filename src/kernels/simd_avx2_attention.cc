@@ -4,6 +4,7 @@
 // the caller checked avx2_cpu_ok() (simd_avx2.h). Partial rows (head_dim % 8 != 0) are read and written
 // through small zero-padded copies (memcpy), never with masked vector loads, so no byte outside the caller's
 // buffers is touched.
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_avx2_attention.h"
 
 // GCC 12 reports its own _mm256_undefined_* placeholders inside the intrinsic headers as uninitialized (a
@@ -355,3 +356,5 @@ void attention_avx2(const float* q, const KvLayerView& kv, size_t key_begin, siz
 }
 
 }  // namespace cortiq::kernels
+
+#endif  // x86

@@ -1,4 +1,5 @@
 // simd_common.h: the exp2 table shared by the SIMD tiers.
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_common.h"
 
 #include <cmath>
@@ -17,3 +18,5 @@ const float* exp2_f16_table() {
 }
 
 }  // namespace cortiq::kernels::simd_detail
+
+#endif  // x86

@@ -3,6 +3,7 @@
 //
 // Every function that uses AVX-512 intrinsics carries CQ_AVX512 (a `target` attribute) and is only
 // reached after simd_cpu_ok() checked the CPU with __builtin_cpu_supports.
+#if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_matvec.h"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
@@ -1835,3 +1836,5 @@ void matmul_multi_simd(std::span<const WeightView* const> ws, const float* x, si
 }
 
 }  // namespace cortiq::kernels
+
+#endif  // x86

@@ -1,6 +1,8 @@
 #include "kernels/thread_pool.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +12,13 @@ namespace cortiq::kernels {
 
 namespace {
 
+/// The spin-wait hint of the CPU (x86 pause, ARM yield); nothing where there is none.
 inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
 }
 
 using Clock = std::chrono::steady_clock;

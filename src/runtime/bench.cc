@@ -1,8 +1,11 @@
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
-#include <immintrin.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CORTIQ_BENCH_X86 1
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -121,6 +124,7 @@ WeightAccounting account_weights(const cmf::ModelArch& arch, std::span<const Ten
 
 namespace {
 
+#ifdef CORTIQ_BENCH_X86
 __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
@@ -155,6 +159,7 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t n) {
   for (; i < n; ++i) r ^= p[i];
   return r;
 }
+#endif
 
 uint64_t read_scalar(const uint8_t* p, size_t n) {
   uint64_t a[4] = {0, 0, 0, 0};
@@ -172,10 +177,12 @@ uint64_t read_scalar(const uint8_t* p, size_t n) {
 
 using ReadFn = uint64_t (*)(const uint8_t*, size_t);
 ReadFn pick_reader() {
+#ifdef CORTIQ_BENCH_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return read_avx512;
   if (__builtin_cpu_supports("avx2")) return read_avx2;
-  return read_scalar;
+#endif
+  return read_scalar;  // other CPUs: the compiler vectorizes the 4-lane loop for the target
 }
 
 struct AlignedFree {

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Compile check for CPUs other than x86: every source and test under src/ and tests/ (and the
+# CLI) is compiled with clang for aarch64 (-fsyntax-only: no cross toolchain or ARM libraries
+# needed), using this machine's headers. It catches x86 intrinsics, headers and builtins outside
+# the x86-guarded SIMD tiers (src/kernels/simd_*.cc; their stand-ins are simd_portable.cc).
+# Usage: scripts/check_non_x86.sh   (needs clang; exit status 1 and the errors when a file fails)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v clang++ >/dev/null || { echo "check_non_x86: clang++ not installed" >&2; exit 1; }
+shim=$(mktemp -d)
+trap 'rm -rf "$shim"' EXIT
+# The host's glibc headers pick their word size and stub list by __x86_64__: give the aarch64
+# compile the LP64 answers.
+mkdir -p "$shim/gnu" "$shim/bits"
+: >"$shim/gnu/stubs-32.h"
+printf '#define __WORDSIZE 64\n#define __WORDSIZE_TIME64_COMPAT32 1\n#define __SYSCALL_WORDSIZE 64\n' \
+  >"$shim/bits/wordsize.h"
+gcc_ver=$(ls /usr/include/c++ | sort -V | tail -1)
+multi=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+export SHIM="$shim" GCCV="$gcc_ver" MULTI="$multi"
+check() {
+  clang++ --target=aarch64-linux-gnu -std=c++20 -fsyntax-only -Wno-everything -Isrc -isystem "$SHIM" \
+    -isystem "/usr/include/c++/$GCCV" -isystem "/usr/include/$MULTI/c++/$GCCV" -isystem /usr/include \
+    -isystem "/usr/include/$MULTI" -DFMT_SHARED -DCORTIQ_SOURCE_DIR='"."' -DCORTIQ_CLI_PATH='"cortiq"' "$1" \
+    2>&1 | grep -E "error:" | sed "s|^|$1: |" || true
+}
+export -f check
+out=$(ls src/*/*.cc tests/*.cc | grep -v "_fuzz\.cc$" | xargs -P "$(nproc)" -I{} bash -c 'check {}')
+if [ -n "$out" ]; then
+  echo "$out"
+  echo "check_non_x86: these files do not compile for aarch64" >&2
+  exit 1
+fi
+echo "check_non_x86: $(ls src/*/*.cc tests/*.cc | grep -vc '_fuzz\.cc$') files compile for aarch64"
