@@ -172,18 +172,13 @@ TEST(BatchForward, InvalidBatchIsRejectedBeforeAnyCacheMoves) {
 // planes start on a cache line, in both storage widths (a plain std::vector of this size lands 16
 // bytes past a page).
 TEST(KvCache, LayerPlanesStartOnACacheLine) {
-  const cmf::ModelArch arch = test::llama_arch({.hidden_size = 64,
-                                                .intermediate_size = 172,
-                                                .num_layers = 3,
-                                                .num_attention_heads = 8,
-                                                .num_kv_heads = 4,
-                                                .head_dim = 8,
-                                                .vocab_size = 512,
-                                                .max_position_embeddings = 4096,
-                                                .tie_word_embeddings = true});
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  const size_t layers = c->arch.num_layers;
+  ASSERT_GE(layers, 2u);
   for (bool f16 : {false, true}) {
-    KvCache kv(arch, 4096, f16);
-    for (size_t l = 0; l < 3; ++l) {
+    KvCache kv(c->arch, 4096, f16);
+    for (size_t l = 0; l < layers; ++l) {
       const kernels::KvLayerView v = kv.layer_view(l);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(v.k) % 64, 0u) << "layer " << l << " f16 " << f16;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(v.v) % 64, 0u) << "layer " << l << " f16 " << f16;
