@@ -21,7 +21,8 @@
 //    Numerical Algorithms", §3.1):
 //      |y − y_ref| ≤ γ_(⌈cols/16⌉+4) · Σ_c |ŵ_c·x_c| + 2^-24·|y_ref|,   γ_k = k·2^-24 / (1 − k·2^-24)
 //    (for cols = 4864: ≤ 1.8e-5 · Σ|ŵx|).
-//  * int8 (`exact = false`), for q8_row, q8_2f, q2tp, q1t, and q4_tiled, q4tp, q4_block, q1, q1s when
+//  * int8 (`exact = false`), for q8_row, q8_2f, q2tp, q1t, vbit, vbit_ro, and q4_tiled, q4tp, q4_block, q1,
+//  q1s when
 //    cols % 32 == 0 (q1s: when its outlier indices are strictly ascending): the
 //    activation is quantized per 32-column block like llama.cpp's q8_0 (d_b = absmax_b/127 in f32,
 //    q = rne(x·(127/absmax_b)), so |x − d_b·q| ≤ d_b/2 + ulp). Each block's integer dot Σ w_code·q is
@@ -30,23 +31,26 @@
 //    plus −Σq with u = value + 1 ∈ {0, 1, 2} from the tile's base-3 code bytes (a 256-entry table of 5
 //    packed u8 digits per byte, its code bytes checked as on the exact path), i.e. Σ value·q; q2tp: 2·code
 //    × q in four bit planes summed in int16 (≤ 4·2·6·127 < 2^15) plus −3·Σq, i.e. 2·Σ (code − 1.5)·q,
-//    against an activation laid out in matching planes), converted to f32 and FMA'd into one 8-lane
-//    accumulator per output with the block scale d_b (times the group scale for the 4-bit, 2-bit and
-//    1-bit codecs — q2tp's from the row's ladder, halved with d_b; the q8 codecs multiply the row scale
-//    at the end). q1s adds, per output, Σ_e (value_e − base_e)·x_(c_e) over the row's outliers (base_e =
-//    the q1 ±s under outlier e) in f32 FMAs against the unquantized activation, in file order, after the
-//    int8 base; q1t likewise adds Σ_e value_e·x_(c_e) over its row's overlay entries (base code 0 there)
-//    in f32, in file order, after checking the row (quant::q1t_check_row). For q8_row / q8_2f a block is the
-//    32 columns that one int32 lane of _mm256_madd_epi16 sums over 8 blocks (32b + 4j … 32b + 4j + 3 for the
-//    8 blocks b of a 256-column chunk, fewer in the last chunk): the lanes are summed in int32 over the chunk
-//    and get one convert and FMA per 256 columns instead of per 32. Error vs the exact product:
+//    against an activation laid out in matching planes; vbit / vbit_ro: the row's codes u as signed bytes
+//    w = u − L for widths b < 8, w = u − 128 for b = 8 (u − L would reach 128) with +Σq added back,
+//    multiplied as q8 is, |w| × q·sign(w), pairs ≤ 2·128·127 < 2^15, i.e. Σ (u − L)·q), converted to f32 and
+//    FMA'd into one 8-lane accumulator per output with the block scale d_b (times the group scale for the
+//    4-bit, 2-bit and 1-bit codecs and vbit's f16 group scales — q2tp's from the row's ladder, halved with
+//    d_b; the q8 codecs multiply the row scale at the end). q1s adds, per output, Σ_e (value_e −
+//    base_e)·x_(c_e) over the row's outliers (base_e = the q1 ±s under outlier e) in f32 FMAs against the
+//    unquantized activation, in file order, after the int8 base; q1t likewise adds Σ_e value_e·x_(c_e) over
+//    its row's overlay entries (base code 0 there) in f32, in file order, after checking the row
+//    (quant::q1t_check_row). For q8_row / q8_2f a block is the 32 columns that one int32 lane of
+//    _mm256_madd_epi16 sums over 8 blocks (32b + 4j … 32b + 4j + 3 for the 8 blocks b of a 256-column chunk,
+//    fewer in the last chunk): the lanes are summed in int32 over the chunk and get one convert and FMA per
+//    256 columns instead of per 32. Error vs the exact product:
 //      |y − y_exact| ≤ Σ_c |ŵ_c|·absmax_b(c)/254   (plus f32 rounding, ~γ_(cols/32+6) relative).
 //    q8_2f folds its column field into the activation first (x'_c = x_c·col_c, quantized per block; the
 //    bound then uses |ŵ_c|/col_c and absmax'_b); for q1s, |ŵ_c| at an outlier column is replaced by
 //    max(|ŵ_c|, s) (the int8 part multiplies the base ±s there; the outlier correction adds only f32
 //    rounding; q1t's overlay columns carry base 0 in the int8 part, so |ŵ_c| over-bounds them).
-//    A block holding a NaN/±Inf activation yields NaN outputs. Every other case (f32, f16, bf16, vbit,
-//    vbit_ro, q4_* / q1 with cols % 32 != 0, q1s with unordered outliers) takes the exact path when exact =
+//    A block holding a NaN/±Inf activation yields NaN outputs. Every other case (f32, f16, bf16,
+//    q4_* / q1 with cols % 32 != 0, q1s with unordered outliers) takes the exact path when exact =
 //    false.
 //
 // Threads: output rows are split in contiguous blocks of 16 over ThreadPool::parallel_for; each output is

@@ -36,7 +36,9 @@ std::vector<DType> avx2_dtypes() {
 
 /// Whether exact = false uses an int8 kernel for (t, cols) (simd_avx2.h file comment).
 bool has_int8(DType t, uint64_t cols) {
-  if (t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q2TP || t == DType::Q1T) return true;
+  if (t == DType::Q8Row || t == DType::Q8_2F || t == DType::Q2TP || t == DType::Q1T || t == DType::VBit ||
+      t == DType::VBitRo)
+    return true;
   return (t == DType::Q4Block || t == DType::Q4Tiled || t == DType::Q4TP || t == DType::Q1 ||
           t == DType::Q1S) &&
          cols % 32 == 0;
@@ -263,9 +265,165 @@ TEST(Avx2, VbitEveryWidthDecodesExactly) {
     std::vector<float> one(cols, 0.0f), y(rows);
     for (uint64_t c = 0; c < cols; ++c) {
       one[c] = 1.0f;
-      matvec_rows_avx2(w.view, 0, rows, one.data(), y.data(), serial_pool(), false);
+      matvec_rows_avx2(w.view, 0, rows, one.data(), y.data(), serial_pool(), true);
       for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(y[r], w.deq[r * cols + c]) << r << "," << c;
       one[c] = 0.0f;
+    }
+  }
+}
+
+/// The int8 path's value for one row, computed independently: the activation quantized per 32-column
+/// block as documented (d = absmax/127, q = rne(x·(127/absmax)) in f32), then Σ_g d_g·s_g·Σ (u − L)·q
+/// with the integer dot exact (int64) and the rest in double. `mag` gets Σ_g |d_g·s_g|·Σ |u − L|·|q|.
+double vbit_int8_ref(const quant::VBitView& vb, uint64_t r, const float* x, double& mag) {
+  const uint32_t b = vb.width(r);
+  const int64_t L = (int64_t{1} << (b - 1)) - 1;
+  double y = 0;
+  mag = 0;
+  for (uint64_t g = 0; g < vb.in / 32; ++g) {
+    float amax = 0;
+    for (uint64_t c = 32 * g; c < 32 * g + 32; ++c) amax = std::max(amax, std::fabs(x[c]));
+    const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    int64_t dot = 0, adot = 0;
+    for (uint64_t c = 32 * g; c < 32 * g + 32; ++c) {
+      const int64_t q = static_cast<int64_t>(std::nearbyint(x[c] * id));
+      const int64_t w = static_cast<int64_t>(quant::vbit_code(vb.row(r), c, b)) - L;
+      dot += w * q;
+      adot += std::abs(w * q);
+    }
+    const double sc = static_cast<double>(d) * vb.scale(r, g);
+    y += sc * static_cast<double>(dot);
+    mag += std::fabs(sc) * static_cast<double>(adot);
+  }
+  return y;
+}
+
+/// A hand-built vbit (ro = false) or vbit_ro payload `[rows, cols]`: row r has width b[r], code
+/// code(r, c) and every group scale f16 `scale_bits`.
+template <class Code>
+std::vector<uint8_t> vbit_bytes(bool ro, uint64_t cols, const std::vector<uint32_t>& b, Code code,
+                                uint16_t scale_bits) {
+  const uint64_t rows = b.size();
+  std::vector<uint8_t> out;
+  for (uint32_t w : b) out.push_back(static_cast<uint8_t>(w));
+  for (uint64_t i = 0; i < rows * (cols / 32); ++i) {
+    out.push_back(static_cast<uint8_t>(scale_bits & 0xFF));
+    out.push_back(static_cast<uint8_t>(scale_bits >> 8));
+  }
+  std::vector<uint8_t> packed;
+  std::vector<uint32_t> off = {0};
+  for (uint64_t r = 0; r < rows; ++r) {
+    std::vector<uint8_t> row(quant::vbit_row_bytes(cols, b[r]), 0);
+    for (uint64_t c = 0; c < cols; ++c)
+      for (uint32_t i = 0; i < b[r]; ++i)  // MSB-first stream
+        if ((code(r, c) >> (b[r] - 1 - i)) & 1u) {
+          const uint64_t bit = c * b[r] + i;
+          row[bit / 8] = static_cast<uint8_t>(row[bit / 8] | (0x80u >> (bit % 8)));
+        }
+    packed.insert(packed.end(), row.begin(), row.end());
+    off.push_back(static_cast<uint32_t>(packed.size()));
+  }
+  if (ro)
+    for (uint32_t o : off)
+      for (int k = 0; k < 4; ++k) out.push_back(static_cast<uint8_t>(o >> (8 * k)));
+  out.insert(out.end(), packed.begin(), packed.end());
+  return out;
+}
+
+// 8-bit rows whose codes are all 255 (weight +128·s) or all 0 (−127·s), and extremes next to 6-bit
+// rows, against full-scale activations (every q = ±127): a plain maddubs(u8 code, s8 q) would
+// saturate its int16 pair sums (2·255·127 > 32767). The int8 path must give the hand value
+// Σ (u − L)·q·d·s, in matvec (4-row tiles) and matmul (2 × 2, 2 × 4 tiles), both layouts.
+TEST(Avx2, VbitInt8EightBitCodesDoNotSaturate) {
+  if (!avx2_supported(DType::VBit)) GTEST_SKIP();
+  const uint64_t cols = 96;
+  const std::vector<uint32_t> b = {8, 8, 8, 6, 8, 3};
+  const auto code = [](uint64_t r, uint64_t c) -> uint32_t {
+    switch (r) {
+      case 0:
+        return 255;
+      case 1:
+        return 0;
+      case 2:
+        return c % 2 ? 255 : 0;
+      case 3:
+        return 63;
+      case 4:
+        return c < 48 ? 255 : 128;
+      default:
+        return 7;
+    }
+  };
+  const uint64_t rows = b.size();
+  // activations: ±1 (q = ±127, d = 1/127), per token a different sign pattern
+  const size_t n = 4;
+  std::vector<float> X(n * cols);
+  for (size_t i = 0; i < n; ++i)
+    for (uint64_t c = 0; c < cols; ++c)
+      X[i * cols + c] = i == 0   ? 1.0f
+                        : i == 1 ? -1.0f
+                        : i == 2 ? (c % 2 ? 1.0f : -1.0f)
+                                 : (c < 40 ? 1.0f : -1.0f);
+  for (bool ro : {false, true}) {
+    const DType t = ro ? DType::VBitRo : DType::VBit;
+    SCOPED_TRACE(quant::dtype_name(t));
+    const auto bytes = vbit_bytes(ro, cols, b, code, 0x3800);  // scale 0.5
+    const WeightView w{t, {rows, cols}, bytes, "w"};
+    std::vector<float> Y(n * rows), y(rows);
+    matmul_avx2(w, X.data(), n, Y.data(), serial_pool(), false);
+    for (size_t i = 0; i < n; ++i) {
+      matvec_rows_avx2(w, 0, rows, X.data() + i * cols, y.data(), serial_pool(), false);
+      for (uint64_t r = 0; r < rows; ++r) {
+        const int64_t L = (int64_t{1} << (b[r] - 1)) - 1;
+        double want = 0;  // q = 127·sign(x), d = 1/127: Σ (u − L)·sign(x)·0.5
+        for (uint64_t c = 0; c < cols; ++c)
+          want += static_cast<double>(static_cast<int64_t>(code(r, c)) - L) * X[i * cols + c] * 0.5;
+        EXPECT_NEAR(y[r], want, 1e-5 * std::fabs(want) + 1e-6) << "row " << r << " token " << i;
+        EXPECT_NEAR(Y[i * rows + r], want, 1e-5 * std::fabs(want) + 1e-6) << "row " << r << " token " << i;
+      }
+    }
+    EXPECT_FLOAT_EQ(y[0], 128.0f * 0.5f * (40 - 56));  // token 3: q = +127 for c < 40, −127 after
+    matvec_rows_avx2(w, 0, rows, X.data(), y.data(), serial_pool(), false);  // token 0: all q = 127
+    EXPECT_FLOAT_EQ(y[0], 128.0f * 0.5f * cols);
+    EXPECT_FLOAT_EQ(y[1], -127.0f * 0.5f * cols);
+  }
+}
+
+// Rows of every width 3..8 mixed within the int8 tiles (vbit_width_sweep; both orders so the payload's
+// last row is once narrow — its groups near the end go through the padded copy — and once 8-bit): each
+// output equals the independently computed quantized-activation product (vbit_int8_ref) to f32
+// rounding, for matvec (4 × 1 tiles, odd row ranges) and matmul (2 × 2 and 2 × 4 tiles).
+TEST(Avx2, VbitInt8MixedWidthsMatchQuantizedReference) {
+  if (!avx2_supported(DType::VBit)) GTEST_SKIP();
+  const uint64_t rows = 27, cols = 224;
+  for (bool rising : {false, true}) {
+    const auto v = vbit_width_sweep(rows, cols, rising);
+    for (DType t : {DType::VBit, DType::VBitRo}) {
+      SCOPED_TRACE(std::string(quant::dtype_name(t)) + (rising ? " rising" : " falling"));
+      const Tensor tw = make(t, rows, cols, v);
+      // an exact-size copy of the payload: under ASan a read past its end (the last row's groups) is caught
+      const std::vector<uint8_t> bytes(tw.bytes.begin(), tw.bytes.end());
+      const WeightView wv{t, tw.view.shape, bytes, "w"};
+      const quant::VBitView vb = quant::vbit_view(t, wv.shape, bytes, "w");
+      const auto seen = widths_seen(vb);
+      for (uint32_t b : {3u, 4u, 5u, 6u, 8u}) EXPECT_TRUE(seen[b]) << "no row of width " << b;
+      for (size_t n : {1, 3, 4}) {
+        const auto X = gaussian(n * cols, 90 + static_cast<uint32_t>(n));
+        std::vector<float> Y(n * rows);
+        matmul_avx2(wv, X.data(), n, Y.data(), serial_pool(), false);
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<float> y(rows - 1);
+          matvec_rows_avx2(wv, 1, rows - 1, X.data() + i * cols, y.data(), serial_pool(), false);
+          for (uint64_t r = 0; r < rows; ++r) {
+            double mag = 0;
+            const double want = vbit_int8_ref(vb, r, X.data() + i * cols, mag);
+            EXPECT_NEAR(Y[i * rows + r], want, 1e-6 * mag + 1e-30) << "row " << r << " token " << i;
+            if (r >= 1) {
+              EXPECT_NEAR(y[r - 1], want, 1e-6 * mag + 1e-30) << "row " << r << " token " << i;
+            }
+          }
+        }
+      }
     }
   }
 }
@@ -365,7 +523,7 @@ TEST(Avx2, NonFiniteActivationGivesNaN) {
   if (!avx2_cpu_ok()) GTEST_SKIP();
   const uint64_t rows = 5, cols = 160;
   for (DType t : {DType::Q8Row, DType::Q8_2F, DType::Q4Tiled, DType::Q4Block, DType::Q4TP, DType::Q2TP,
-                  DType::Q1, DType::Q1S, DType::Q1T}) {
+                  DType::Q1, DType::Q1S, DType::Q1T, DType::VBit, DType::VBitRo}) {
     ASSERT_TRUE(has_int8(t, cols));
     const Tensor w = make(t, rows, cols, gaussian(rows * cols, 51, 0.1f));
     for (uint64_t c : {uint64_t{3}, uint64_t{140}}) {
