@@ -1,6 +1,7 @@
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -185,10 +186,6 @@ ReadFn pick_reader() {
   return read_scalar;  // other CPUs: the compiler vectorizes the 4-lane loop for the target
 }
 
-struct AlignedFree {
-  void operator()(uint8_t* p) const noexcept { std::free(p); }
-};
-
 }  // namespace
 
 uint64_t default_bandwidth_buffer_bytes() noexcept {
@@ -200,48 +197,67 @@ uint64_t default_bandwidth_buffer_bytes() noexcept {
   return std::max<uint64_t>(uint64_t{256} << 20, 8 * llc);
 }
 
-Bandwidth measure_bandwidth(kernels::ThreadPool& pool, uint64_t buffer_bytes, size_t passes) {
+BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes) : pool_(pool) {
   if (buffer_bytes < (uint64_t{1} << 20))
     fail(ErrorKind::InvalidArgument, "bandwidth buffer of {} bytes is below 1 MiB", buffer_bytes);
-  if (passes == 0) fail(ErrorKind::InvalidArgument, "bandwidth passes must be >= 1");
-  const size_t n = static_cast<size_t>(buffer_bytes) & ~size_t{4095};
-  std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, n)));
-  if (!buf) fail(ErrorKind::Io, "cannot allocate a {} byte bandwidth buffer", n);
-  uint8_t* p = buf.get();
+  // 2 MiB aligned and advised to huge pages where the kernel has them (THP "madvise"), as the
+  // weights of a --no-mmap load are: the read then measures DRAM, not page walks.
+  constexpr size_t kHuge = size_t{2} << 20;
+  n_ = static_cast<size_t>(buffer_bytes) & ~size_t{4095};
+  buf_ = static_cast<uint8_t*>(std::aligned_alloc(kHuge, (n_ + kHuge - 1) & ~(kHuge - 1)));
+  if (!buf_) fail(ErrorKind::Io, "cannot allocate a {} byte bandwidth buffer", n_);
+#ifdef MADV_HUGEPAGE
+  (void)madvise(buf_, (n_ + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
+#endif
   // Touch every page with distinct bytes (from every thread's slice, so pages are local to it).
-  const size_t nt = pool.size();
-  const size_t slice = ((n / nt) + 255) & ~size_t{255};
-  pool.parallel_for(nt, [&](size_t b, size_t e) {
+  const size_t nt = pool_.size();
+  slice_ = ((n_ / nt) + 255) & ~size_t{255};
+  sink_.assign(nt, 0);
+  pool_.parallel_for(nt, [&](size_t b, size_t e) {
     for (size_t t = b; t < e; ++t) {
-      const size_t lo = std::min(n, t * slice), hi = std::min(n, lo + slice);
-      for (size_t i = lo; i < hi; ++i) p[i] = static_cast<uint8_t>(i * 131 + 7);
+      const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
+      for (size_t i = lo; i < hi; ++i) buf_[i] = static_cast<uint8_t>(i * 131 + 7);
     }
   });
+}
+
+BandwidthProbe::~BandwidthProbe() {
+  // Keep the reductions observable so the reads cannot be removed.
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink_) keep = keep ^ v;
+  (void)keep;
+  std::free(buf_);
+}
+
+Bandwidth BandwidthProbe::measure(size_t passes) {
+  if (passes == 0) fail(ErrorKind::InvalidArgument, "bandwidth passes must be >= 1");
   const ReadFn rd = pick_reader();
-  std::vector<uint64_t> sink(nt, 0);
+  const size_t nt = pool_.size();
   std::vector<double> gbs;
   using clock = std::chrono::steady_clock;
   for (size_t pass = 0; pass < passes; ++pass) {
     const auto t0 = clock::now();
-    pool.parallel_for(nt, [&](size_t b, size_t e) {
+    pool_.parallel_for(nt, [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) {
-        const size_t lo = std::min(n, t * slice), hi = std::min(n, lo + slice);
-        sink[t] ^= rd(p + lo, hi - lo);
+        const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
+        sink_[t] ^= rd(buf_ + lo, hi - lo);
       }
     });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    gbs.push_back(static_cast<double>(n) / s / 1e9);
+    gbs.push_back(static_cast<double>(n_) / s / 1e9);
   }
-  // Keep the reduction observable so the reads cannot be removed.
-  volatile uint64_t keep = 0;
-  for (uint64_t v : sink) keep = keep ^ v;
-  (void)keep;
   Bandwidth bw;
   bw.best_gbs = *std::max_element(gbs.begin(), gbs.end());
   bw.mean_gbs = mean_sd(gbs).mean;
-  bw.buffer_bytes = n;
+  bw.buffer_bytes = n_;
   bw.threads = nt;
   return bw;
+}
+
+Bandwidth measure_bandwidth(kernels::ThreadPool& pool, uint64_t buffer_bytes, size_t passes) {
+  if (passes == 0) fail(ErrorKind::InvalidArgument, "bandwidth passes must be >= 1");
+  BandwidthProbe probe(pool, buffer_bytes);
+  return probe.measure(passes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -255,12 +271,25 @@ void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
   t.ts = mean_sd(t.samples_ts);
   t.ns = mean_sd(t.samples_ns);
   t.roofline.reset();
+  t.roofline_sd = 0.0;
   t.bound_ts.reset();
-  if (t.n_gen > 0 && t.bandwidth_gbs > 0 && decode_bytes_per_token > 0) {
-    const double b = static_cast<double>(decode_bytes_per_token);
+  if (t.n_gen == 0 || decode_bytes_per_token == 0) return;
+  const double b = static_cast<double>(decode_bytes_per_token);
+  const bool paired =
+      !t.samples_bw_gbs.empty() && t.samples_bw_gbs.size() == t.samples_ts.size() &&
+      std::all_of(t.samples_bw_gbs.begin(), t.samples_bw_gbs.end(), [](double g) { return g > 0; });
+  if (paired) {  // each repetition against the bandwidth measured right before it
+    std::vector<double> share;
+    for (size_t i = 0; i < t.samples_ts.size(); ++i)
+      share.push_back(b * (t.samples_ts[i] / static_cast<double>(seqs)) / (t.samples_bw_gbs[i] * 1e9));
+    const Stats st = mean_sd(share);
+    t.roofline = st.mean;
+    t.roofline_sd = st.sd;
+    t.bandwidth_gbs = mean_sd(t.samples_bw_gbs).mean;
+  } else if (t.bandwidth_gbs > 0) {
     t.roofline = b * (t.ts.mean / static_cast<double>(seqs)) / (t.bandwidth_gbs * 1e9);
-    t.bound_ts = static_cast<double>(seqs) * t.bandwidth_gbs * 1e9 / b;
   }
+  if (t.roofline) t.bound_ts = static_cast<double>(seqs) * t.bandwidth_gbs * 1e9 / b;
 }
 
 namespace {
@@ -340,9 +369,10 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     std::vector<float> logits(m.vocab_size());
 
     say(fmt::format("t={} bandwidth", threads));
-    const Bandwidth bw = measure_bandwidth(
-        m.pool(), opt.bandwidth_bytes ? opt.bandwidth_bytes : default_bandwidth_buffer_bytes(),
-        opt.bandwidth_passes);
+    std::optional<BandwidthProbe> probe(
+        std::in_place, m.pool(),
+        opt.bandwidth_bytes ? opt.bandwidth_bytes : default_bandwidth_buffer_bytes());
+    const Bandwidth bw = probe->measure(opt.bandwidth_passes);
     rep.bandwidth.push_back(bw);
 
     say(fmt::format("t={} warmup", threads));
@@ -365,6 +395,8 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       t.bandwidth_gbs = bw.best_gbs;
       for (size_t i = 0; i < opt.reps; ++i) {
         say(fmt::format("t={} {} rep {}/{}", threads, t.test, i + 1, opt.reps));
+        if (!prefill && opt.bandwidth_rep_passes > 0)
+          t.samples_bw_gbs.push_back(probe->measure(opt.bandwidth_rep_passes).best_gbs);
         const auto ids = random_ids(n * seqs);
         kv.truncate(0);
         const auto t0 = clock::now();
@@ -402,6 +434,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
                  }
                });
     }
+    probe.reset();  // the RSS below is the model's, not the probe buffer's
     rep.rss_bytes.push_back(proc_status_bytes("/proc/self/status", "VmRSS:"));
     rep.huge_bytes.push_back(proc_status_bytes("/proc/self/smaps_rollup", "AnonHugePages:"));
     rep.kv_bytes.push_back(kv.bytes());
@@ -476,10 +509,14 @@ std::string to_markdown(const BenchReport& r) {
   const std::string label = model_label(r), size = format_size(r.weights.total_bytes),
                     params = format_params(r.weights.params), mix = dtype_mix(r.weights);
   for (const auto& t : r.results) {
+    std::string roof = "-";
+    if (t.roofline)
+      roof = t.samples_bw_gbs.empty()
+                 ? fmt::format("{:.1f}%", *t.roofline * 100.0)
+                 : fmt::format("{:.1f} ± {:.1f}%", *t.roofline * 100.0, t.roofline_sd * 100.0);
     s += fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {} | {} |\n", label, size,
                      params, mix, t.threads, t.test, t.ts.mean, t.ts.sd, t.bandwidth_gbs,
-                     t.bound_ts ? fmt::format("{:.1f}", *t.bound_ts) : std::string("-"),
-                     t.roofline ? fmt::format("{:.1f}%", *t.roofline * 100.0) : std::string("-"));
+                     t.bound_ts ? fmt::format("{:.1f}", *t.bound_ts) : std::string("-"), roof);
   }
   return s;
 }
@@ -510,7 +547,9 @@ nlohmann::json to_json(const BenchReport& r) {
     o["samples_ns"] = t.samples_ns;
     o["samples_ts"] = t.samples_ts;
     o["bandwidth_gbs"] = t.bandwidth_gbs;
+    o["samples_bw_gbs"] = t.samples_bw_gbs;
     o["roofline"] = t.roofline ? nlohmann::json(*t.roofline) : nlohmann::json(nullptr);
+    o["roofline_sd"] = t.roofline ? nlohmann::json(t.roofline_sd) : nlohmann::json(nullptr);
     o["bound_ts"] = t.bound_ts ? nlohmann::json(*t.bound_ts) : nlohmann::json(nullptr);
     o["exact"] = r.exact_requested;
     o["matmul_mode"] = r.mode;

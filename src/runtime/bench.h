@@ -87,10 +87,32 @@ struct Bandwidth {
 /// read streams from DRAM, not cache.
 uint64_t default_bandwidth_buffer_bytes() noexcept;
 
-/// Reads a `buffer_bytes` buffer (touched once beforehand) `passes` times, each pass split over
-/// `pool` in contiguous slices, with the widest vector loads this CPU has (AVX-512, AVX2, else
-/// 64-bit scalar; XOR-reduced so the loads cannot be elided). Throws Error(InvalidArgument) for
-/// buffer_bytes < 1 MiB or passes == 0.
+/// A streaming-read probe: a `buffer_bytes` buffer (rounded down to 4 KiB), allocated and touched
+/// once (every thread its own slice, so its pages are local to it), read again by every measure().
+/// Keeping the buffer lets the benchmark measure the bandwidth right before each decode repetition
+/// (TestResult::samples_bw_gbs) without paying the page faults each time. Holds buffer_bytes of
+/// memory until destroyed. Throws Error(InvalidArgument) for buffer_bytes < 1 MiB, Error(Io) when
+/// the buffer cannot be allocated.
+class BandwidthProbe {
+ public:
+  BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes);
+  ~BandwidthProbe();
+  BandwidthProbe(const BandwidthProbe&) = delete;
+  BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+
+  /// Reads the buffer `passes` times, each pass split over the pool in contiguous slices, with the
+  /// widest vector loads this CPU has (AVX-512, AVX2, else 64-bit scalar; XOR-reduced so the loads
+  /// cannot be elided). Throws Error(InvalidArgument) for passes == 0.
+  Bandwidth measure(size_t passes);
+
+ private:
+  kernels::ThreadPool& pool_;
+  uint8_t* buf_ = nullptr;
+  size_t n_ = 0, slice_ = 0;
+  std::vector<uint64_t> sink_;
+};
+
+/// One-shot probe: BandwidthProbe(pool, buffer_bytes).measure(passes).
 Bandwidth measure_bandwidth(kernels::ThreadPool& pool, uint64_t buffer_bytes, size_t passes = 5);
 
 // ---------------------------------------------------------------------------------------------
@@ -111,7 +133,10 @@ struct BenchOptions {
   bool exact = false;            ///< ask for the f32-activation kernels (LoadOptions::exact)
   bool no_mmap = false;          ///< LoadOptions::no_mmap (huge-page anonymous copy)
   uint64_t bandwidth_bytes = 0;  ///< 0 = default_bandwidth_buffer_bytes()
-  size_t bandwidth_passes = 5;
+  size_t bandwidth_passes = 5;   ///< passes of the measurement at the start of each thread count
+  /// Passes of the measurement taken right before each tg repetition (its best pass is that
+  /// repetition's bandwidth, TestResult::samples_bw_gbs); 0 = none (the start's figure is used).
+  size_t bandwidth_rep_passes = 2;
 };
 
 /// One test at one thread count.
@@ -123,12 +148,21 @@ struct TestResult {
   std::vector<double> samples_ts;  ///< tokens/s of each repetition (all n_seqs sequences together)
   Stats ts;                        ///< over samples_ts
   Stats ns;                        ///< over samples_ns
-  double bandwidth_gbs = 0.0;      ///< measured at this thread count (best pass)
+  /// 10^9 bytes/s: the mean of samples_bw_gbs when there is one per repetition, else the figure
+  /// measured at the start of this thread count (best pass).
+  double bandwidth_gbs = 0.0;
+  /// tg only, optional: the bandwidth measured right before each repetition (best pass, GB/s), so
+  /// that each decode sample has a bandwidth sample taken seconds from it. A shared host's speed
+  /// drifts by 20–30% within a minute; dividing by one figure taken at the start turns that drift
+  /// into roofline error.
+  std::vector<double> samples_bw_gbs;
   /// tg only: the share of the bandwidth the weight reads use, decode_bytes_per_token · steps/s /
-  /// (bandwidth_gbs·1e9) with steps/s = ts.mean / n_seqs (a batched step reads the weights once);
-  /// nullopt for pp.
+  /// (bandwidth·1e9) with steps/s = tokens/s ÷ n_seqs (a batched step reads the weights once). With
+  /// samples_bw_gbs: the mean over repetitions of each repetition's own share (roofline_sd their
+  /// sample sd); else ts.mean against bandwidth_gbs (roofline_sd 0). nullopt for pp.
   std::optional<double> roofline;
-  /// tg only: the memory bound in tok/s, n_seqs · bandwidth / decode_bytes_per_token.
+  double roofline_sd = 0.0;
+  /// tg only: the memory bound in tok/s, n_seqs · bandwidth_gbs / decode_bytes_per_token.
   std::optional<double> bound_ts;
 };
 
@@ -152,8 +186,9 @@ struct BenchReport {
   std::vector<TestResult> results;  ///< per thread count: pp then tg
 };
 
-/// Fills the derived fields of `t` (ts, ns, samples_ts, roofline, bound_ts) from samples_ns,
-/// the test's token count (n_prompt, or n_gen · n_seqs), `bandwidth_gbs` and
+/// Fills the derived fields of `t` (ts, ns, samples_ts, roofline, roofline_sd, bound_ts, and
+/// bandwidth_gbs when samples_bw_gbs has one entry per sample) from samples_ns, the test's token
+/// count (n_prompt, or n_gen · n_seqs), samples_bw_gbs or bandwidth_gbs, and
 /// `decode_bytes_per_token`.
 void finish_result(TestResult& t, uint64_t decode_bytes_per_token);
 

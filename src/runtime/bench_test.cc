@@ -189,6 +189,35 @@ TEST(BenchRoofline, DerivedFields) {
   EXPECT_DOUBLE_EQ(*b4.roofline, 0.15);     // 1500 steps/s × 1 MB ÷ 10 GB/s
 }
 
+TEST(BenchRoofline, PairedBandwidthSamples) {
+  // Each repetition against the bandwidth measured right before it: 2000 tok/s at 10 GB/s and
+  // 1000 tok/s at 5 GB/s are both 20% of the bound, although the mean t/s (1500) against the mean
+  // bandwidth (7.5 GB/s) gives 20% only by chance and against the first figure alone 15%.
+  TestResult t;
+  t.test = "tg4";
+  t.n_gen = 4;
+  t.samples_ns = {2e6, 4e6};  // 2000 and 1000 tok/s
+  t.samples_bw_gbs = {10.0, 5.0};
+  t.bandwidth_gbs = 10.0;     // the start's figure: replaced by the samples' mean
+  finish_result(t, 1000000);  // 1 MB per token
+  ASSERT_TRUE(t.roofline && t.bound_ts);
+  EXPECT_DOUBLE_EQ(*t.roofline, 0.2);
+  EXPECT_DOUBLE_EQ(t.roofline_sd, 0.0);
+  EXPECT_DOUBLE_EQ(t.bandwidth_gbs, 7.5);
+  EXPECT_DOUBLE_EQ(*t.bound_ts, 7500.0);
+  // shares 0.2 and 0.1: mean 0.15, sample sd sqrt(2)·0.05
+  t.samples_bw_gbs = {10.0, 10.0};
+  finish_result(t, 1000000);
+  EXPECT_DOUBLE_EQ(*t.roofline, 0.15);
+  EXPECT_NEAR(t.roofline_sd, std::sqrt(2.0) * 0.05, 1e-12);
+  // one bandwidth sample too few: the single figure is used
+  t.samples_bw_gbs = {10.0};
+  t.bandwidth_gbs = 10.0;
+  finish_result(t, 1000000);
+  EXPECT_DOUBLE_EQ(*t.roofline, 0.15);
+  EXPECT_DOUBLE_EQ(t.roofline_sd, 0.0);
+}
+
 TEST(BenchFormat, HumanUnits) {
   EXPECT_EQ(format_params(494032768), "494.03 M");
   EXPECT_EQ(format_params(1540000000), "1.54 B");
@@ -280,6 +309,9 @@ TEST_F(BenchRun, TinyModelJsonAndMarkdownShape) {
     EXPECT_GT(o2.at("avg_ts").get<double>(), 0.0);
     EXPECT_GT(o2.at("bandwidth_gbs").get<double>(), 0.0);
     EXPECT_EQ(o2.at("roofline").is_null(), i % 2 == 0);
+    EXPECT_EQ(o2.at("roofline_sd").is_null(), i % 2 == 0);
+    // a bandwidth sample before each tg repetition, none for pp
+    EXPECT_EQ(o2.at("samples_bw_gbs").size(), i % 2 == 0 ? 0u : 2u);
     EXPECT_EQ(o2.at("exact"), true);
     EXPECT_EQ(o2.at("matmul_mode"), "exact");
     EXPECT_TRUE(o2.at("dtype_kernel").contains("q8_row"));
