@@ -1613,12 +1613,20 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
   }
 }
 
-/// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 8 rows (matvec) /
+/// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 1 row (matvec) /
 /// 4 rows × 2 tokens (matmul: since the chunked int32 sums, 4 × 4 spills; on Zen 5 matmul_n64 3.0 →
 /// 1.9 ms against 2.3 ms for 4 × 4 and 2.5 ms for 2 × 4); the nibble and 2-bit codecs 4 rows × 3 tokens / 4
 /// rows (with the codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the
 /// nibble codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads): 8 rows
 /// (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
+///
+/// q8 matvec reads one row at a time: it is memory-bound, and a DRAM stream read in address order
+/// runs faster than R rows read side by side a superblock at a time (R streams one row apart).
+/// Zen 5, 1 thread, kernels_bench A/B in one run: matvec_cold 4864×896 170 → 130 µs, 896×4864
+/// 155 → 125 µs, 151936×896 (the lm_head) 5.2 → 3.6 ms against 8-row tiles; the 0.5B q8 decode
+/// 48–49 → 50–53 tok/s (1 thread), 90 → 98 (2). The nibble codecs keep their row tiles: they are
+/// compute-bound at T = 1, and one row at a time costs them 30–40% (each activation load then
+/// serves one row).
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
@@ -1646,7 +1654,7 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
   else if (n > 1)
     block_int8_rt<4, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (pl.fam == Fam::Q8)
-    block_int8_rt<8, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    block_int8_rt<1, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else
     block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
