@@ -70,7 +70,8 @@ void setup(CLI::App& root) {
                 "batched pass, as serve --parallel does; test tg<n>x<B>, aggregate t/s")
       ->delimiter(',');
   c->add_option("--seed", a->seed, "token-id RNG seed (42)");
-  c->add_option("--bw-mib", a->bw_mib, "bandwidth read-buffer size in MiB (default max(256, 8 x LLC))");
+  c->add_option("--bw-mib", a->bw_mib,
+                "bandwidth read-buffer size in MiB (default 2 x LLC within [256, 1024])");
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");
   c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
   add_load_flags(c, a->load, kLoadExact | kLoadNoMmap);

@@ -194,7 +194,7 @@ uint64_t default_bandwidth_buffer_bytes() noexcept {
   const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (v > 0) llc = static_cast<uint64_t>(v);
 #endif
-  return std::max<uint64_t>(uint64_t{256} << 20, 8 * llc);
+  return std::clamp<uint64_t>(2 * llc, uint64_t{256} << 20, uint64_t{1} << 30);
 }
 
 BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes) : pool_(pool) {
