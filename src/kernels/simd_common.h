@@ -37,14 +37,9 @@ inline uint64_t prefetch_distance(uint64_t row_bytes, int R) {
   return std::max<uint64_t>(1, (kPrefetchBytes + tile - 1) / tile) * tile;
 }
 
-/// The kernels' scratch vectors are cache-line aligned (util/line_vec.h).
+/// The kernels' scratch vectors are cache-line aligned and grow-only (util/line_vec.h).
+using cortiq::grow;
 using cortiq::LineVec;
-
-/// Grows `v` to at least n elements (never shrinks: scratch stops allocating once warm).
-template <class T, class A>
-void grow(std::vector<T, A>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
 
 /// exp2f of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the q4tp/q2tp
 /// ladder bases, bit-identical to std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes them.

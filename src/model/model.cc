@@ -8,6 +8,7 @@
 #include "quant/codec.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/line_vec.h"
 
 namespace cortiq::model {
 
@@ -402,17 +403,6 @@ void Model::set_mask(const cmf::TaskMask* m) {
 // batch are the stacked tokens of all steps, [R = Σ T_i, ·]; every linear layer is one
 // kernels::matmul over the R rows (bit-identical to R matvecs), so a row's result does not depend
 // on which other rows share the call.
-
-namespace {
-
-// Grow-only scratch: returns a buffer of at least n elements (contents unspecified).
-template <class T, class A>
-T* grow(std::vector<T, A>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-}  // namespace
 
 void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out) {
   const size_t W = f.width;

@@ -31,4 +31,13 @@ struct LineAlloc {
 template <class T>
 using LineVec = std::vector<T, LineAlloc<T>>;
 
+/// Grow-only scratch: resizes `v` to at least n elements (never shrinks, so a buffer reused every
+/// call stops allocating once warm) and returns v.data(); contents past the old size are
+/// value-initialized, earlier ones kept. Throws std::bad_alloc.
+template <class T, class A>
+T* grow(std::vector<T, A>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 }  // namespace cortiq

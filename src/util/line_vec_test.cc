@@ -33,5 +33,25 @@ TEST(LineVec, HoldsItsValuesAcrossGrowth) {
   EXPECT_TRUE(line_aligned(v.data()));
 }
 
+TEST(Grow, GrowsOnlyAndKeepsValues) {
+  LineVec<float> v;
+  float* p = grow(v, 100);
+  EXPECT_EQ(v.size(), 100u);
+  EXPECT_EQ(p, v.data());
+  EXPECT_TRUE(line_aligned(p));
+  EXPECT_EQ(p[99], 0.0f);  // new elements are value-initialized
+  p[3] = 2.5f;
+  EXPECT_EQ(grow(v, 10), p);  // smaller request: no shrink, no reallocation
+  EXPECT_EQ(v.size(), 100u);
+  p = grow(v, 1000);
+  EXPECT_EQ(v.size(), 1000u);
+  EXPECT_EQ(p[3], 2.5f);  // kept across the reallocation
+  EXPECT_TRUE(line_aligned(p));
+  std::vector<int> plain;  // any allocator
+  int* q = grow(plain, 4);
+  EXPECT_EQ(q, plain.data());
+  EXPECT_EQ(plain.size(), 4u);
+}
+
 }  // namespace
 }  // namespace cortiq
