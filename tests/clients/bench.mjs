@@ -54,6 +54,7 @@ async function one() {
 
 const pct = (a, p) => {
   const s = [...a].sort((x, y) => x - y);
+  if (!s.length) return NaN;  // every request of the level failed
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)];
 };
 
@@ -80,6 +81,7 @@ async function level(c) {
 
 const median = (a) => {
   const s = [...a].sort((x, y) => x - y);
+  if (!s.length) return NaN;
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 console.log(`${ROUNDS > 1 ? 'round ' : ''}streams requests ttft_p50_ms ttft_p99_ms agg_tok_s agg_decode_tok_s ` +
