@@ -204,10 +204,11 @@ BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes)
   // weights of a --no-mmap load are: the read then measures DRAM, not page walks.
   constexpr size_t kHuge = size_t{2} << 20;
   n_ = static_cast<size_t>(buffer_bytes) & ~size_t{4095};
-  buf_ = static_cast<uint8_t*>(std::aligned_alloc(kHuge, (n_ + kHuge - 1) & ~(kHuge - 1)));
+  const size_t alloc = (n_ + kHuge - 1) & ~(kHuge - 1);  // aligned_alloc wants a multiple of the alignment
+  buf_ = static_cast<uint8_t*>(std::aligned_alloc(kHuge, alloc));
   if (!buf_) fail(ErrorKind::Io, "cannot allocate a {} byte bandwidth buffer", n_);
 #ifdef MADV_HUGEPAGE
-  (void)madvise(buf_, (n_ + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
+  (void)madvise(buf_, alloc, MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
 #endif
   // Touch every page with distinct bytes (from every thread's slice, so pages are local to it).
   const size_t nt = pool_.size();
