@@ -141,6 +141,7 @@ Tensor& tensor(DType t, uint64_t rows, uint64_t cols) {
   cur.rows = rows;
   cur.cols = cols;
   cur.view = WeightView{t, shape, cur.bytes, "bench"};
+  cortiq::kernels::prepare_weight(cur.view);  // as the model binds its tensors
   return cur;
 }
 
@@ -198,6 +199,7 @@ void BM_matvec_cold(benchmark::State& st, DType t, uint64_t rows, uint64_t cols,
     std::memcpy(pool_bytes.data() + i * bytes, w.bytes.data(), bytes);
     views.push_back(
         WeightView{t, w.view.shape, std::span<const uint8_t>(pool_bytes.data() + i * bytes, bytes), "bench"});
+    cortiq::kernels::prepare_weight(views.back());
   }
   std::vector<float> x(cols), y(rows);
   std::mt19937 g(1);

@@ -93,6 +93,13 @@ bool has_kernel(quant::DType t) noexcept;
 /// Error(Parse) when the payload does not match dtype and shape (quant::validate_payload).
 void check_weight(const WeightView& w);
 
+/// Fills w.prepared (weight_view.h) for the dtypes that have per-row derived values — q4tp and
+/// q2tp: exp2f of every row's lo and step, computed as quant::q4tp_ladder does — and leaves it null
+/// for the others. Cost: one pass over the `[rows]` parameter plane; 8 bytes per row. Call it once
+/// when a tensor is bound (the model does); products then skip the per-call lookups, with identical
+/// results. Throws Error(Parse) when the payload does not match dtype and shape (quant::tp_view).
+void prepare_weight(WeightView& w);
+
 /// Dequantizes rows [row_begin, row_begin+count) into out[count * cols] (f32). Throws
 /// Error(Bounds) for rows past the end, Error(Unsupported) for a dtype without a codec.
 void decode_rows(const WeightView& w, uint64_t row_begin, uint64_t count, float* out);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "kernels/simd_avx2_attention.h"
 #include "kernels/simd_matvec.h"
 #include "quant/codec.h"
+#include "quant/layout.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -47,6 +49,18 @@ void check_weight(const WeightView& w) {
   if (n && *n != w.payload.size())
     fail(ErrorKind::Parse, "tensor '{}': payload is {} bytes, dtype {} with this shape needs {}", w.name,
          w.payload.size(), quant::dtype_name(w.dtype), *n);
+}
+
+void prepare_weight(WeightView& w) {
+  w.prepared.reset();
+  if (w.dtype != DType::Q4TP && w.dtype != DType::Q2TP) return;
+  const quant::TpView tp = quant::tp_view(w.dtype, w.shape, w.payload, w.name);
+  auto bases = std::make_shared<std::vector<float>>(2 * tp.rows);
+  for (uint64_t r = 0; r < tp.rows; ++r) {
+    (*bases)[r] = quant::tp_exp2(tp.lo_f16(r));
+    (*bases)[tp.rows + r] = quant::tp_exp2(tp.step_f16(r));
+  }
+  w.prepared = std::move(bases);
 }
 
 void decode_rows(const WeightView& w, uint64_t row_begin, uint64_t count, float* out) {

@@ -111,6 +111,7 @@ struct Plan {
   uint64_t rows = 0, cols = 0, gpr = 0;
   const uint8_t* p = nullptr;
   const uint8_t* scales = nullptr;      // q8_row/q8_2f: row scales; q4_block: scale plane
+  const float* bases = nullptr;         // q4tp/q2tp: prepared ladder bases (tp_bases), or null
   const float* col = nullptr;           // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;                     // q4tp / q2tp
   quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries
@@ -189,11 +190,13 @@ Plan make_plan(const WeightView& w, bool exact) {
       break;
     case DType::Q4TP:
       pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = simd_detail::tp_bases(w, pl.rows);
       pl.row_bytes = 16 * pl.gpr;
       pl.fam = Fam::NIB;
       break;
     case DType::Q2TP:
       pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = simd_detail::tp_bases(w, pl.rows);
       pl.row_bytes = 8 * pl.gpr;
       pl.fam = Fam::Q2;
       break;
@@ -1253,8 +1256,8 @@ CQ_AVX2 void set_ladders(const Plan& pl, BlockState& st, uint64_t r0, uint64_t r
     alignas(32) float t0[8], ra[8], tmp[32][8];
     for (uint64_t l = 0; l < 8; ++l) {
       const uint64_t r = r0 + std::min(i0 + l, rc - 1);
-      t0[l] = e2[pl.tp.lo_f16(r)];
-      ra[l] = e2[pl.tp.step_f16(r)];
+      t0[l] = pl.bases ? pl.bases[r] : e2[pl.tp.lo_f16(r)];
+      ra[l] = pl.bases ? pl.bases[pl.rows + r] : e2[pl.tp.step_f16(r)];
     }
     __m256 cur = _mm256_load_ps(t0);
     const __m256 ratio = _mm256_load_ps(ra);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "util/error.h"
 #include "util/half.h"
 
 namespace cortiq::kernels::simd_detail {
@@ -15,6 +16,14 @@ const float* exp2_f16_table() {
     return v;
   }();
   return t.data();
+}
+
+const float* tp_bases(const WeightView& w, uint64_t rows) {
+  if (!w.prepared) return nullptr;
+  if (w.prepared->size() != 2 * rows)
+    fail(ErrorKind::InvalidArgument, "tensor '{}': prepared ladder bases hold {} values, {} rows need {}",
+         w.name, w.prepared->size(), rows, 2 * rows);
+  return w.prepared->data();
 }
 
 }  // namespace cortiq::kernels::simd_detail

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/weight_view.h"
 #include "quant/layout.h"
 #include "util/half.h"
 #include "util/line_vec.h"
@@ -40,6 +41,11 @@ inline uint64_t prefetch_distance(uint64_t row_bytes, int R) {
 /// The kernels' scratch vectors are cache-line aligned and grow-only (util/line_vec.h).
 using cortiq::grow;
 using cortiq::LineVec;
+
+/// The prepared ladder bases of a q4tp/q2tp view (WeightView::prepared: exp2f(lo) of the `rows`
+/// rows, then exp2f(step)), or null when the view was not prepared. Throws Error(InvalidArgument)
+/// naming the tensor when the prepared data does not hold 2·rows values.
+const float* tp_bases(const WeightView& w, uint64_t rows);
 
 /// exp2f of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the q4tp/q2tp
 /// ladder bases, bit-identical to std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes them.

@@ -385,6 +385,7 @@ struct Plan {
   uint64_t rows = 0, cols = 0, gpr = 0;
   const uint8_t* p = nullptr;
   const uint8_t* scales = nullptr;  // q8_row/q8_2f: row scales; q4_block: scale plane
+  const float* bases = nullptr;     // q4tp/q2tp: prepared ladder bases (tp_bases), or null
   const float* col = nullptr;       // q8_2f: decoded column field (caller scratch)
   quant::TpView tp;
   quant::Q1tView q1t;  // q1t: base tiles, row_ptr, overlay entries
@@ -521,9 +522,14 @@ CQ_AVX512 void prep_ladders(const Plan& pl, uint64_t r0, uint64_t m, BlockState&
   __m512 cur[NB], ratio[NB], lad[NB][32];
   for (uint64_t j = 0; j < NB; ++j) {
     const __mmask16 live = mask16(m > 16 * j ? m - 16 * j : 0);
-    const __m512i pr = _mm512_maskz_loadu_epi32(live, pl.tp.params + 4 * (r0 + 16 * j));
-    cur[j] = _mm512_mask_i32gather_ps(one, live, _mm512_and_si512(pr, lo16), e2, 4);
-    ratio[j] = _mm512_mask_i32gather_ps(one, live, _mm512_srli_epi32(pr, 16), e2, 4);
+    if (pl.bases) {  // prepared (prepare_weight): two plain loads instead of two table gathers
+      cur[j] = _mm512_mask_loadu_ps(one, live, pl.bases + r0 + 16 * j);
+      ratio[j] = _mm512_mask_loadu_ps(one, live, pl.bases + pl.rows + r0 + 16 * j);
+    } else {
+      const __m512i pr = _mm512_maskz_loadu_epi32(live, pl.tp.params + 4 * (r0 + 16 * j));
+      cur[j] = _mm512_mask_i32gather_ps(one, live, _mm512_and_si512(pr, lo16), e2, 4);
+      ratio[j] = _mm512_mask_i32gather_ps(one, live, _mm512_srli_epi32(pr, 16), e2, 4);
+    }
     if (q2) {
       lad[j][0] = _mm512_setzero_ps();
       lad[j][1] = cur[j];
@@ -605,10 +611,16 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, 
     for (uint64_t off = 0; off < bytes; off += 64) prefetch(c0 + off);
     prefetch(c0 + bytes - 1);
   }
-  const uint64_t rp0 = st.lad_r0 + st.lad_n;  // the next ladder batch: 4 bytes per row
+  const uint64_t rp0 = st.lad_r0 + st.lad_n;  // the next ladder batch: 4 bytes per row (each plane)
   if (r0 == st.lad_r0)
-    for (uint64_t r = rp0; r < std::min(pl.rows, rp0 + BlockState::kLadBlocks * kRowBlock); r += 16)
-      prefetch(pl.tp.params + 4 * r);
+    for (uint64_t r = rp0; r < std::min(pl.rows, rp0 + BlockState::kLadBlocks * kRowBlock); r += 16) {
+      if (pl.bases) {
+        prefetch(pl.bases + r);
+        prefetch(pl.bases + pl.rows + r);
+      } else {
+        prefetch(pl.tp.params + 4 * r);
+      }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -965,6 +977,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     case DType::Q4TP:
     case DType::Q2TP:
       pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = simd_detail::tp_bases(w, pl.rows);
       pl.fam = pl.t == DType::Q2TP ? Fam::Q2 : Fam::NIBQ;
       break;
     case DType::Q1:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ struct WeightView {
   std::vector<uint64_t> shape;
   std::span<const uint8_t> payload;
   std::string name;  ///< tensor name, used in error messages
+  /// Per-row values derived from the payload once, when the tensor is bound (kernels::prepare_weight),
+  /// instead of on every product. q4tp / q2tp: the ladder bases of every row, exp2f(lo) of rows
+  /// 0…rows−1 followed by exp2f(step) of the same rows (`[2, rows]` f32; FORMAT-NOTES §1.8). Null for
+  /// the other dtypes and for a view nobody prepared, which the kernels compute the same values for on
+  /// every call (identical results, slower: two lookups in a 256 KiB table per row).
+  std::shared_ptr<const std::vector<float>> prepared = nullptr;
 
   /// shape[0] for tensors of rank >= 2, else 1.
   uint64_t rows() const noexcept { return shape.size() >= 2 ? shape[0] : 1; }

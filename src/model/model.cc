@@ -153,9 +153,14 @@ struct Binder {
   const TensorSource& src;
   std::vector<std::string> missing;
 
-  std::optional<WeightView> opt(const std::string& name) { return src.find(name); }
-  WeightView req(const std::string& name) {
+  // Found tensors are prepared for the kernels (kernels::prepare_weight: per-row values derived once).
+  std::optional<WeightView> opt(const std::string& name) {
     auto w = src.find(name);
+    if (w) kernels::prepare_weight(*w);
+    return w;
+  }
+  WeightView req(const std::string& name) {
+    auto w = opt(name);
     if (!w) {
       missing.push_back(name);
       return WeightView{quant::DType::F32, {}, {}, name};

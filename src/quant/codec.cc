@@ -17,9 +17,13 @@ float f16_scale(float x) {
   return r < 0x1p-14f ? 0x1p-14f : r;
 }
 
+float tp_exp2(uint16_t h) {
+  return std::exp2f(f16_to_f32(h));
+}
+
 void q4tp_ladder(uint16_t lo_f16, uint16_t step_f16, float out[32]) {
-  out[0] = std::exp2f(f16_to_f32(lo_f16));
-  const float ratio = std::exp2f(f16_to_f32(step_f16));
+  out[0] = tp_exp2(lo_f16);
+  const float ratio = tp_exp2(step_f16);
   for (int c = 1; c < 32; ++c) out[c] = out[c - 1] * ratio;
 }
 

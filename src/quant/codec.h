@@ -135,6 +135,8 @@ class RowDecoder {
 /// The scale rule of FORMAT-NOTES §1.1: round x to f16 (RNE), back to f32, floor at 2^-14.
 float f16_scale(float x);
 
+/// exp2f of an f16 value: a q4tp/q2tp ladder base (t[0] = tp_exp2(lo_f16), ratio = tp_exp2(step_f16)).
+float tp_exp2(uint16_t h);
 /// q4tp/q2tp normative ladder (FORMAT-NOTES §1.8): lo = f16(lo_f16), step = f16(step_f16),
 /// t[0] = exp2f(lo), ratio = exp2f(step), t[c] = t[c−1]·ratio in f32 for c = 1..31.
 void q4tp_ladder(uint16_t lo_f16, uint16_t step_f16, float out[32]);

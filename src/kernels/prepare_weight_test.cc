@@ -1,0 +1,147 @@
+// kernels::prepare_weight (kernels.h): the q4tp/q2tp ladder bases it derives once per tensor, and the
+// products of a prepared view, which must equal those of an unprepared one bit for bit on every tier.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/simd_avx2.h"
+#include "kernels/simd_matvec.h"
+#include "kernels/simd_test_support.h"
+#include "quant/codec.h"
+#include "quant/layout.h"
+#include "util/error.h"
+
+namespace cortiq::kernels {
+namespace {
+
+using quant::DType;
+using test::gaussian;
+using test::make;
+
+/// Rows spread over 2^-12…2^4 so the rows' lo and step (and their exp2) differ widely.
+std::vector<float> spread(uint64_t rows, uint64_t cols, uint32_t seed) {
+  std::vector<float> v = gaussian(rows * cols, seed);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) v[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r % 17) - 12);
+  return v;
+}
+
+TEST(PrepareWeight, BasesAreTheLaddersFirstRungAndRatio) {
+  for (DType t : {DType::Q4TP, DType::Q2TP}) {
+    const uint64_t rows = 37, cols = 96;
+    test::Tensor w = make(t, rows, cols, spread(rows, cols, 7));
+    prepare_weight(w.view);
+    ASSERT_TRUE(w.view.prepared) << quant::dtype_name(t);
+    ASSERT_EQ(w.view.prepared->size(), 2 * rows);
+    const quant::TpView tp = quant::tp_view(t, w.view.shape, w.view.payload, "w");
+    for (uint64_t r = 0; r < rows; ++r) {
+      float lad[32];
+      quant::q4tp_ladder(tp.lo_f16(r), tp.step_f16(r), lad);
+      const float t0 = (*w.view.prepared)[r], ratio = (*w.view.prepared)[rows + r];
+      EXPECT_EQ(std::memcmp(&t0, &lad[0], 4), 0) << "row " << r;
+      const float next = t0 * ratio;  // the ladder's rung 1 is this product (FORMAT-NOTES §1.8)
+      EXPECT_EQ(std::memcmp(&next, &lad[1], 4), 0) << "row " << r;
+    }
+  }
+}
+
+TEST(PrepareWeight, OtherDtypesStayUnprepared) {
+  for (DType t : {DType::Q8Row, DType::Q4Tiled, DType::Q4Block, DType::F32}) {
+    test::Tensor w = make(t, 4, 64, gaussian(256, 8));
+    prepare_weight(w.view);
+    EXPECT_FALSE(w.view.prepared) << quant::dtype_name(t);
+  }
+}
+
+TEST(PrepareWeight, ParseErrorOnABadPayload) {
+  test::Tensor w = make(DType::Q4TP, 4, 64, gaussian(256, 9));
+  WeightView bad = w.view;
+  bad.payload = bad.payload.first(bad.payload.size() - 1);
+  try {
+    prepare_weight(bad);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+  }
+}
+
+using Product = std::function<void(const WeightView&, const float*, size_t, float*, ThreadPool&, bool)>;
+
+/// Each tier's product: matvec_rows (n = 1) or matmul.
+std::vector<std::pair<const char*, Product>> tiers() {
+  std::vector<std::pair<const char*, Product>> v;
+  v.emplace_back("dispatch",
+                 [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool) {
+                   if (n == 1)
+                     matvec(w, x, y, p);
+                   else
+                     matmul(w, x, n, y, p);
+                 });
+  if (simd_cpu_ok())
+    v.emplace_back("avx512",
+                   [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool ex) {
+                     if (n == 1)
+                       matvec_rows_simd(w, 0, w.rows(), x, y, p, ex);
+                     else
+                       matmul_simd(w, x, n, y, p, ex);
+                   });
+  if (avx2_cpu_ok())
+    v.emplace_back("avx2",
+                   [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool ex) {
+                     if (n == 1)
+                       matvec_rows_avx2(w, 0, w.rows(), x, y, p, ex);
+                     else
+                       matmul_avx2(w, x, n, y, p, ex);
+                   });
+  return v;
+}
+
+// 37 × 96: NIB superblocks only, a 5-row tail of the last 16-row block; 70 × 1024: NIBQ quads and
+// ladder batches of 64 rows plus a tail; both exact and int8, one and several tokens, 1 and 3 threads.
+TEST(PrepareWeight, PreparedProductsEqualUnpreparedBitwise) {
+  ThreadPool pool3(3);
+  for (DType t : {DType::Q4TP, DType::Q2TP})
+    for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{37, 96}, {70, 1024}}) {
+      const test::Tensor w = make(t, rows, cols, spread(rows, cols, 11));
+      WeightView prepared = w.view;
+      prepare_weight(prepared);
+      ASSERT_TRUE(prepared.prepared);
+      for (size_t n : {1, 5}) {
+        const std::vector<float> x = gaussian(n * cols, 12);
+        for (const auto& [tier, product] : tiers())
+          for (bool exact : {false, true})
+            for (ThreadPool* pool : {&serial_pool(), &pool3}) {
+              std::vector<float> a(n * rows, -1.0f), b(n * rows, -2.0f);
+              product(w.view, x.data(), n, a.data(), *pool, exact);
+              product(prepared, x.data(), n, b.data(), *pool, exact);
+              EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0)
+                  << quant::dtype_name(t) << " " << rows << "x" << cols << " n=" << n << " " << tier
+                  << (exact ? " exact" : " int8") << " threads=" << pool->size();
+            }
+      }
+    }
+}
+
+TEST(PrepareWeight, PreparedDataOfAnotherShapeIsRejected) {
+  test::Tensor w = make(DType::Q4TP, 16, 64, gaussian(16 * 64, 13));
+  prepare_weight(w.view);
+  test::Tensor other = make(DType::Q4TP, 32, 64, gaussian(32 * 64, 14));
+  other.view.prepared = w.view.prepared;  // 2·16 values for 32 rows
+  const std::vector<float> x = gaussian(64, 15);
+  std::vector<float> y(32);
+  for (const auto& [tier, product] : tiers()) {
+    if (std::string(tier) == "dispatch") continue;
+    try {
+      product(other.view, x.data(), 1, y.data(), serial_pool(), false);
+      ADD_FAILURE() << tier << ": no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << tier << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cortiq::kernels
