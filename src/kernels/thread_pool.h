@@ -9,6 +9,10 @@
 // holding up the call — continuous-batching serve steps at 4 streams on the 0.5B q4tp file: 178 →
 // 203 tok/s on 2 threads; single-stream decode unchanged. With fewer indices each thread gets one
 // fixed range (index t → thread t when n equals the pool size: the bandwidth probe relies on it).
+// Two ranges per thread: more cost more than the balance they buy (each range restarts the q4tp/q2tp
+// ladder batch, and its weight prefetches run into rows another thread computes). 0.5B decode, 2
+// threads, interleaved A/B: q4tp 140–147 tok/s with 4 ranges per thread, 153–154 with 2, 123–125
+// with 16; q8 121–123 → 124–128; 4-stream steps (bench --parallel 4) 321–323 → 339–340.
 //
 // Hand-off: a decode step makes ~200 parallel_for calls of 10–200 µs each, so waking sleeping
 // workers through a futex per call (tens of µs on a VM) cost more than the second thread gained.
@@ -57,8 +61,8 @@ class ThreadPool {
   static constexpr int64_t kSpinMicros = 500;
   /// How long parallel_for spins for the workers to finish before it blocks on cv_done_ (µs).
   static constexpr int64_t kCallerSpinMicros = 50;
-  /// Ranges per thread when the work is handed out on demand.
-  static constexpr size_t kSplit = 4;
+  /// Ranges per thread when the work is handed out on demand (file comment).
+  static constexpr size_t kSplit = 2;
 
   /// Runs the ranges of the current job that this thread takes (range `index` of a fixed split, or
   /// ranges claimed from next_); the first exception is kept in error_ and stops the claiming.
