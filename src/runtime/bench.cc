@@ -273,6 +273,7 @@ void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
   t.ns = mean_sd(t.samples_ns);
   t.roofline.reset();
   t.roofline_sd = 0.0;
+  t.roofline_paired = false;
   t.bound_ts.reset();
   if (t.n_gen == 0 || decode_bytes_per_token == 0) return;
   const double b = static_cast<double>(decode_bytes_per_token);
@@ -286,6 +287,7 @@ void finish_result(TestResult& t, uint64_t decode_bytes_per_token) {
     const Stats st = mean_sd(share);
     t.roofline = st.mean;
     t.roofline_sd = st.sd;
+    t.roofline_paired = true;
     t.bandwidth_gbs = mean_sd(t.samples_bw_gbs).mean;
   } else if (t.bandwidth_gbs > 0) {
     t.roofline = b * (t.ts.mean / static_cast<double>(seqs)) / (t.bandwidth_gbs * 1e9);
@@ -512,9 +514,8 @@ std::string to_markdown(const BenchReport& r) {
   for (const auto& t : r.results) {
     std::string roof = "-";
     if (t.roofline)
-      roof = t.samples_bw_gbs.empty()
-                 ? fmt::format("{:.1f}%", *t.roofline * 100.0)
-                 : fmt::format("{:.1f} ± {:.1f}%", *t.roofline * 100.0, t.roofline_sd * 100.0);
+      roof = t.roofline_paired ? fmt::format("{:.1f} ± {:.1f}%", *t.roofline * 100.0, t.roofline_sd * 100.0)
+                               : fmt::format("{:.1f}%", *t.roofline * 100.0);
     s += fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {} | {} |\n", label, size,
                      params, mix, t.threads, t.test, t.ts.mean, t.ts.sd, t.bandwidth_gbs,
                      t.bound_ts ? fmt::format("{:.1f}", *t.bound_ts) : std::string("-"), roof);

@@ -164,6 +164,9 @@ struct TestResult {
   /// sample sd); else ts.mean against bandwidth_gbs (roofline_sd 0). nullopt for pp.
   std::optional<double> roofline;
   double roofline_sd = 0.0;
+  /// Whether roofline is that mean of per-repetition shares (one bandwidth sample per repetition);
+  /// the markdown table then prints it as "mean ± sd%", else as "mean%".
+  bool roofline_paired = false;
   /// tg only: the memory bound in tok/s, n_seqs · bandwidth_gbs / decode_bytes_per_token.
   std::optional<double> bound_ts;
 };

@@ -210,12 +210,19 @@ TEST(BenchRoofline, PairedBandwidthSamples) {
   finish_result(t, 1000000);
   EXPECT_DOUBLE_EQ(*t.roofline, 0.15);
   EXPECT_NEAR(t.roofline_sd, std::sqrt(2.0) * 0.05, 1e-12);
-  // one bandwidth sample too few: the single figure is used
+  EXPECT_TRUE(t.roofline_paired);
+  // one bandwidth sample too few: the single figure is used, and the table shows no sd
   t.samples_bw_gbs = {10.0};
   t.bandwidth_gbs = 10.0;
   finish_result(t, 1000000);
   EXPECT_DOUBLE_EQ(*t.roofline, 0.15);
   EXPECT_DOUBLE_EQ(t.roofline_sd, 0.0);
+  EXPECT_FALSE(t.roofline_paired);
+  BenchReport r;
+  r.results = {t};
+  const std::string md = to_markdown(r);
+  EXPECT_NE(md.find("| 15.0% |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("15.0 ±"), std::string::npos) << md;
 }
 
 TEST(BenchFormat, HumanUnits) {
