@@ -70,7 +70,18 @@ TEST(PrepareWeight, ParseErrorOnABadPayload) {
 
 using Product = std::function<void(const WeightView&, const float*, size_t, float*, ThreadPool&, bool)>;
 
-/// Each tier's product: matvec_rows (n = 1) or matmul.
+/// One SIMD tier's product: its matvec_rows over every row for n = 1, else its matmul.
+template <auto MatvecRows, auto Matmul>
+Product tier_product() {
+  return [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool exact) {
+    if (n == 1)
+      MatvecRows(w, 0, w.rows(), x, y, p, exact);
+    else
+      Matmul(w, x, n, y, p, exact);
+  };
+}
+
+/// The dispatching product (kernels.h, the tier the CPU has) and each SIMD tier this CPU runs.
 std::vector<std::pair<const char*, Product>> tiers() {
   std::vector<std::pair<const char*, Product>> v;
   v.emplace_back("dispatch",
@@ -80,22 +91,8 @@ std::vector<std::pair<const char*, Product>> tiers() {
                    else
                      matmul(w, x, n, y, p);
                  });
-  if (simd_cpu_ok())
-    v.emplace_back("avx512",
-                   [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool ex) {
-                     if (n == 1)
-                       matvec_rows_simd(w, 0, w.rows(), x, y, p, ex);
-                     else
-                       matmul_simd(w, x, n, y, p, ex);
-                   });
-  if (avx2_cpu_ok())
-    v.emplace_back("avx2",
-                   [](const WeightView& w, const float* x, size_t n, float* y, ThreadPool& p, bool ex) {
-                     if (n == 1)
-                       matvec_rows_avx2(w, 0, w.rows(), x, y, p, ex);
-                     else
-                       matmul_avx2(w, x, n, y, p, ex);
-                   });
+  if (simd_cpu_ok()) v.emplace_back("avx512", tier_product<matvec_rows_simd, matmul_simd>());
+  if (avx2_cpu_ok()) v.emplace_back("avx2", tier_product<matvec_rows_avx2, matmul_avx2>());
   return v;
 }
 
