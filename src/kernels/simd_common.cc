@@ -1,18 +1,16 @@
-// simd_common.h: the exp2 table shared by the SIMD tiers.
+// simd_common.h: the exp2 table shared by the SIMD tiers, and the prepared ladder bases' check.
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_common.h"
 
-#include <cmath>
-
+#include "quant/codec.h"
 #include "util/error.h"
-#include "util/half.h"
 
 namespace cortiq::kernels::simd_detail {
 
 const float* exp2_f16_table() {
   static const std::vector<float> t = [] {
     std::vector<float> v(65536);
-    for (uint32_t h = 0; h < 65536; ++h) v[h] = std::exp2f(f16_to_f32(static_cast<uint16_t>(h)));
+    for (uint32_t h = 0; h < 65536; ++h) v[h] = quant::tp_exp2(static_cast<uint16_t>(h));
     return v;
   }();
   return t.data();

@@ -47,8 +47,8 @@ using cortiq::LineVec;
 /// naming the tensor when the prepared data does not hold 2·rows values.
 const float* tp_bases(const WeightView& w, uint64_t rows);
 
-/// exp2f of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the q4tp/q2tp
-/// ladder bases, bit-identical to std::exp2f(f16_to_f32(h)) as quant::q4tp_ladder computes them.
+/// quant::tp_exp2 of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the
+/// q4tp/q2tp ladder bases of views nobody prepared, the values quant::q4tp_ladder starts from.
 const float* exp2_f16_table();
 
 /// The instruction sets every SIMD tier has: a function with this target inlines into both tiers'.
