@@ -43,6 +43,7 @@ const char* kTemplate =
 
 struct Http {
   int status = 0;
+  std::string head;  ///< status line and headers
   std::string body;
   json j() const { return json::parse(body, nullptr, false); }
 };
@@ -86,6 +87,7 @@ Http http(int port, const std::string& method, const std::string& path, const st
   if (resp.size() < 12) return r;
   r.status = std::stoi(resp.substr(9, 3));
   const size_t h = resp.find("\r\n\r\n");
+  r.head = resp.substr(0, h);
   std::string raw = h == std::string::npos ? "" : resp.substr(h + 4);
   if (resp.substr(0, h).find("Transfer-Encoding: chunked") != std::string::npos) {
     std::string out;
@@ -397,6 +399,24 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   r = http(port_, "GET", "/nope", "", auth);
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.j()["error"]["type"], "not_found_error");
+  // a known route asked with the wrong method
+  r = http(port_, "GET", "/v1/completions", "", auth);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_NE(r.head.find("\r\nAllow: POST"), std::string::npos) << r.head;
+  EXPECT_NE(r.j()["error"]["message"].get<std::string>().find("use POST"), std::string::npos) << r.body;
+
+  // a prompt longer than the context names the field it came from
+  std::string ids = "[1";
+  for (int i = 0; i < 600; ++i) ids += ",1";
+  r = http(port_, "POST", "/v1/completions", R"({"max_tokens":1,"prompt":)" + ids + "]}", auth);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.j()["error"]["param"], "prompt");
+  EXPECT_EQ(r.j()["error"]["code"], "context_length_exceeded");
+  // an unknown task lists the tasks there are (this file has no masks: its default, and off)
+  r = http(port_, "POST", "/v1/completions", R"({"prompt":"x","max_tokens":1,"cortiq":{"task":"nope"}})",
+           auth);
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("available: general, off"), std::string::npos) << r.body;
 
   // Greedy completion through the API equals `cortiq run --raw --greedy`.
   const auto [text, toks] = run_greedy("Once upon a time", 30, true);
@@ -418,6 +438,28 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   const std::string tail = "data: [DONE]\n\n";
   ASSERT_GE(r.body.size(), tail.size());
   EXPECT_EQ(r.body.substr(r.body.size() - tail.size()), tail);
+  stop_server();
+}
+
+// A second server on a busy port must fail to bind, not share the port with the first (cpp-httplib
+// sets SO_REUSEPORT by default, with which the kernel splits connections between the two); a port
+// above 65535 is refused before anything binds.
+TEST_F(ServeE2E, BusyPortIsAnError) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 1 --threads 1");
+  ASSERT_GT(port_, 0) << "server did not start";
+  int rc = 0;
+  std::string out = sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " serve " + model_ +
+                           " --threads 1 --port " + std::to_string(port_) + " 2>&1",
+                       &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("cannot bind 127.0.0.1:" + std::to_string(port_)), std::string::npos) << out;
+  EXPECT_TRUE(alive());
+  out = sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " serve " + model_ + " --port 99999 2>&1", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--port"), std::string::npos) << out;
   stop_server();
 }
 

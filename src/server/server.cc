@@ -13,6 +13,7 @@
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -210,7 +211,7 @@ class Service {
   void chat(const httplib::Request& req, httplib::Response& res) {
     const ojson b = parse_body(req);
     auto r = parse_chat_request(b);
-    auto job = make_job(lm_.tokenizer->encode(render(r), false), r.sampling, r.task);
+    auto job = make_job(lm_.tokenizer->encode(render(r), false), r.sampling, r.task, "messages");
     const bool tools = !r.tools.is_null();
     const bool want_lp = r.sampling.logprobs;
     Generation g = start(req, std::move(job), r.model, "chatcmpl-");
@@ -301,7 +302,7 @@ class Service {
                              std::to_string(lm_.model->vocab_size()) + ")",
                          "invalid_request_error", "prompt");
     }
-    auto job = make_job(std::move(ids), r.sampling, r.task);
+    auto job = make_job(std::move(ids), r.sampling, r.task, "prompt");
     const std::string echo =
         r.echo ? (r.prompt_text ? *r.prompt_text : lm_.tokenizer->decode(job->prompt, true)) : "";
     const bool want_lp = r.sampling.logprobs;
@@ -535,22 +536,23 @@ class Service {
           names += x.name;
         }
       throw ApiError(
-          404, "unknown task '" + *task + "'; available: " + (names.empty() ? "(none)" : names) + ", off",
+          404,
+          "unknown task '" + *task + "'; available: " + (names.empty() ? lm_.active_task : names) + ", off",
           "not_found_error", "cortiq.task", "task_not_found");
     }
     return m;
   }
 
+  /// `param`: the request field the prompt came from ("messages" or "prompt"), named in errors.
   std::shared_ptr<Job> make_job(std::vector<uint32_t> prompt, const SamplingOptions& s,
-                                const std::optional<std::string>& task) {
-    if (prompt.empty())
-      throw ApiError(400, "the prompt is empty (0 tokens)", "invalid_request_error", "prompt");
+                                const std::optional<std::string>& task, const char* param) {
+    if (prompt.empty()) throw ApiError(400, "the prompt is empty (0 tokens)", "invalid_request_error", param);
     const size_t ctx = lm_.ctx;
     if (prompt.size() >= ctx)
       throw ApiError(400,
                      "the prompt is " + std::to_string(prompt.size()) + " tokens but the context is " +
                          std::to_string(ctx) + " tokens",
-                     "invalid_request_error", "messages", "context_length_exceeded");
+                     "invalid_request_error", param, "context_length_exceeded");
     auto job = std::make_shared<Job>();
     job->mask = resolve_task(task);
     job->prompt = std::move(prompt);
@@ -653,6 +655,13 @@ int run_server(const ServerOptions& opt) {
   http.set_keep_alive_max_count(1000);
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);
+  // SO_REUSEADDR only (a restart may bind while old connections sit in TIME_WAIT). cpp-httplib's
+  // default also sets SO_REUSEPORT, with which a second server on a busy port binds too and the
+  // kernel splits the connections between the two.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 
   auto wrap = [&opt](auto fn) {
     return [fn, &opt](const httplib::Request& req, httplib::Response& res) {
@@ -687,15 +696,32 @@ int run_server(const ServerOptions& opt) {
                  "authentication_error", std::nullopt, "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  // The method of every route registered below: a known path asked with another method is a 405
+  // with an Allow header, not a 404.
+  static const std::map<std::string, std::string, std::less<>> kRouteMethod = {
+      {"/health", "GET"},
+      {"/healthz", "GET"},
+      {"/v1/models", "GET"},
+      {"/v1/cortiq/masks", "GET"},
+      {"/tokenize", "POST"},
+      {"/detokenize", "POST"},
+      {"/v1/chat/completions", "POST"},
+      {"/v1/completions", "POST"}};
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    const auto route = kRouteMethod.find(req.path);
+    if (res.status == 404 && route != kRouteMethod.end() && route->second != req.method) {
+      res.status = 405;
+      res.set_header("Allow", route->second);
+    }
     std::string msg;
     switch (res.status) {
       case 404:
         msg = "no such route";
         break;
       case 405:
-        msg = "method not allowed";
+        msg = req.method + " is not allowed on " + req.path + " (use " +
+              (route != kRouteMethod.end() ? route->second : std::string("another method")) + ")";
         break;
       case 413:
         msg = "request body too large";
