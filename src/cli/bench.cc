@@ -63,7 +63,7 @@ void setup(CLI::App& root) {
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-p,--n-prompt", a->n_prompt, "prefill test size in tokens, one batch (512; 0 = skip)");
   c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");
-  c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(CLI::PositiveNumber);
+  c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(positive());
   c->add_option("-t,--threads", a->threads, "comma-separated thread counts (1,2)")->delimiter(',');
   c->add_option("--parallel", a->parallel,
                 "comma-separated decode sequence counts (1): B > 1 decodes B sequences per step in one "

@@ -42,6 +42,20 @@ enum LoadFlag : unsigned {
 /// per command (ppl's --ctx is the chunk length; bench's -t is a thread-count list).
 void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which = kLoadAll);
 
+/// CLI11 validators with plain messages ("must be ≥ 0, got -5", "must be > 0, got 0"); CLI11's own
+/// PositiveNumber prints the whole double range. A value that is not a number passes through to the option's
+/// own conversion, which reports it.
+CLI::Validator non_negative();
+CLI::Validator positive();
+/// lo ≤ value ≤ hi ("must be in [0, 1], got 5").
+CLI::Validator in_range(double lo, double hi);
+
+/// Adds non_negative() to every option of `app` and of its subcommands (recursively) whose value
+/// type is unsigned (CLI11 type name "UINT"): CLI11 2.1 converts "-5" into an unsigned option as
+/// 2^64 − 5 without a word, so `run -n -5` would generate until the context ends. main.cc calls it
+/// once after every command is set up, so new options are covered without a per-option check.
+void guard_unsigned_options(CLI::App& app);
+
 }  // namespace cortiq::cli
 
 #define CORTIQ_CONCAT_INNER(a, b) a##b

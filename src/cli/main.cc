@@ -1,7 +1,12 @@
 // The `cortiq` command line: builds the CLI11 app from the registered subcommands and maps
 // library errors to "Error: <kind>: <message>" on stderr with exit status 1.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cli/command.h"
@@ -19,6 +24,51 @@ int register_command(Command c) {
   return 0;
 }
 
+namespace {
+/// The number that `s` spells (leading blanks skipped), or nullopt when it is not one.
+std::optional<double> number_of(const std::string& s) {
+  const char* b = s.c_str();
+  char* e = nullptr;
+  const double v = std::strtod(b, &e);
+  if (e == b) return std::nullopt;
+  return v;
+}
+}  // namespace
+
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const auto v = number_of(s);
+        return v && *v < 0 ? "must be ≥ 0, got " + s : std::string();
+      },
+      "", "NON_NEGATIVE");
+}
+
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const auto v = number_of(s);
+        return v && !(*v > 0) ? "must be > 0, got " + s : std::string();
+      },
+      "", "POSITIVE");
+}
+
+CLI::Validator in_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        const auto v = number_of(s);
+        return v && !(*v >= lo && *v <= hi) ? fmt::format("must be in [{}, {}], got {}", lo, hi, s)
+                                            : std::string();
+      },
+      "", "RANGE");
+}
+
+void guard_unsigned_options(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name().rfind("UINT", 0) == 0) o->check(non_negative());
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) guard_unsigned_options(*sub);
+}
+
 }  // namespace cortiq::cli
 
 int main(int argc, char** argv) {
@@ -28,6 +78,7 @@ int main(int argc, char** argv) {
   auto cmds = cortiq::cli::registry();
   std::stable_sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (auto& c : cmds) c.setup(app);
+  cortiq::cli::guard_unsigned_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

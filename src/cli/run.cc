@@ -103,11 +103,12 @@ void setup(CLI::App& root) {
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
   c->add_option("-n,--max-tokens", a->n, "tokens to generate (256)");
   c->add_flag("--greedy", a->greedy, "argmax decoding (temperature 0, repetition penalty 1)");
-  c->add_option("--temperature", a->temperature, "sampling temperature (0.7)");
+  c->add_option("--temperature", a->temperature, "sampling temperature (0.7)")->check(non_negative());
   c->add_option("--top-k", a->top_k, "top-k (40; 0 = off)");
-  c->add_option("--top-p", a->top_p, "top-p (0.9; 1 = off)");
-  c->add_option("--min-p", a->min_p, "min-p (0.05; 0 = off)");
-  c->add_option("--repeat-penalty,--rep-penalty", a->repeat_penalty, "repetition penalty (1.1)");
+  c->add_option("--top-p", a->top_p, "top-p (0.9; 1 = off)")->check(in_range(0, 1));
+  c->add_option("--min-p", a->min_p, "min-p (0.05; 0 = off)")->check(in_range(0, 1));
+  c->add_option("--repeat-penalty,--rep-penalty", a->repeat_penalty, "repetition penalty (1.1)")
+      ->check(positive());
   c->add_option("--presence-penalty", a->presence, "presence penalty (0)");
   a->seed_opt = c->add_option("--seed", a->seed, "sampler seed (default: random)");
   c->add_flag("--raw", a->raw, "no chat template: encode the prompt as is (BOS when the tokenizer wants it)");

@@ -13,7 +13,9 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE streaming)");
   c->add_option("model", o->model_path, "model .cmf file")->required();
   c->add_option("--host", o->host, "address to bind (default 127.0.0.1: local only)");
-  c->add_option("--port", o->port, "TCP port (8080; 0 = any free port, printed on the Listening line)");
+  c->add_option("--port", o->port, "TCP port (8080; 0 = any free port, printed on the Listening line)")
+      ->check(CLI::Range(0, 65535).description(""))
+      ->type_name("0..65535");
   c->add_option("--api-key", o->api_key,
                 "require 'Authorization: Bearer KEY' on every route but /health (default: $CORTIQ_API_KEY)");
   c->add_option("--parallel,-P", o->parallel, "sequences decoding together, each with its own KV cache (1)");

@@ -64,6 +64,9 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   if (arch.arch_name.find("gemma") != std::string::npos && lm.bos_id) lm.add_bos = true;
 
   const uint64_t maxpos = arch.max_position_embeddings ? arch.max_position_embeddings : 4096;
+  if (arch.max_position_embeddings && opt.ctx > arch.max_position_embeddings)
+    fail(ErrorKind::InvalidArgument, "--ctx {} exceeds this model's max_position_embeddings ({})", opt.ctx,
+         arch.max_position_embeddings);
   lm.ctx =
       static_cast<size_t>(opt.ctx ? std::min<uint64_t>(opt.ctx, maxpos) : std::min<uint64_t>(maxpos, 4096));
   lm.kv_f16 = opt.kv_f16;

@@ -19,8 +19,10 @@ namespace cortiq::runtime {
 
 /// Load options (`cortiq run/ppl` flags).
 struct LoadOptions {
-  size_t threads = 1;   ///< kernel threads (0 = all cores)
-  size_t ctx = 0;       ///< KV capacity cap in tokens; 0 = min(max_position_embeddings, 4096)
+  size_t threads = 1;  ///< kernel threads (0 = all cores)
+  /// KV capacity in tokens; 0 = min(max_position_embeddings, 4096); above a known
+  /// max_position_embeddings load_model refuses it (Error(InvalidArgument)).
+  size_t ctx = 0;
   bool kv_f16 = false;  ///< f16 KV cache (default f32)
   std::string task;     ///< task mask name; "" = the catalog's fallback; "off" = none
   /// `--exact`: f32 activations in every matvec (kernels::MatmulMode::Exact); otherwise int8
@@ -51,7 +53,8 @@ struct LoadedModel {
 };
 
 /// Opens, validates and binds. Refuses a SKILL_FILE (Error(Unsupported) naming `cortiq skill
-/// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks; a file
+/// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks, as is a `ctx`
+/// above the model's max_position_embeddings; a file
 /// without a vocab section but with a sidecar tokenizer.json next to it uses the sidecar.
 LoadedModel load_model(const std::string& path, const LoadOptions& opt);
 

@@ -1,0 +1,84 @@
+// `cortiq` argument errors end to end: each bad value is refused at parse time with a message that
+// names the flag and the rule (CLI11 2.1 alone would wrap "-5" into 2^64 − 5 for an unsigned flag,
+// and its PositiveNumber prints the whole double range), and the model-level refusals name the
+// limit. Uses the embedded models/stories260K (converted once to a temporary f32 file).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "shell.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cortiq::test::sh;
+
+class CliArgs : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K";
+    dir_ = fs::temp_directory_path() / ("cortiq_cli_args_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    model_ = (dir_ / "s.cmf").string();
+    int rc = 0;
+    sh(std::string(CORTIQ_CLI_PATH) + " convert " + hf.string() + " -o " + model_ + " --quant f32 2>&1", &rc);
+    ok_ = rc == 0;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  /// Runs `cortiq ARGS`; expects a non-zero exit and `want` in its output (stdout + stderr).
+  static void refused(const std::string& args, const std::string& want) {
+    int rc = 0;
+    const std::string out = sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " " + args + " 2>&1", &rc);
+    EXPECT_NE(rc, 0) << args << "\n" << out;
+    EXPECT_NE(out.find(want), std::string::npos) << args << "\n" << out;
+  }
+
+  static inline fs::path dir_;
+  static inline std::string model_;
+  static inline bool ok_ = false;
+};
+
+TEST_F(CliArgs, NegativeCountsAreRefused) {
+  ASSERT_TRUE(ok_);
+  refused("run " + model_ + " -p x -n -5 --greedy", "--max-tokens: must be ≥ 0, got -5");
+  refused("bench " + model_ + " -p -1 -n 4 -r 1 -t 1", "--n-prompt: must be ≥ 0, got -1");
+  refused("bench " + model_ + " -p 4 -n 4 -r 1 -t 1,-2", "--threads: must be ≥ 0, got -2");
+  refused("run " + model_ + " -p x --threads -1", "--threads: must be ≥ 0, got -1");
+  refused("serve " + model_ + " --parallel -3", "--parallel: must be ≥ 0, got -3");
+}
+
+TEST_F(CliArgs, OutOfRangeValuesNameTheRule) {
+  ASSERT_TRUE(ok_);
+  refused("bench " + model_ + " -p 4 -n 4 -r 0 -t 1", "--repetitions: must be > 0, got 0");
+  refused("serve " + model_ + " --port 99999", "--port: Value 99999 not in range 0 to 65535");
+  refused("run " + model_ + " -p x --top-p 5", "--top-p: must be in [0, 1], got 5");
+  refused("run " + model_ + " -p x --min-p -0.5", "--min-p: must be in [0, 1], got -0.5");
+  refused("run " + model_ + " -p x --temperature -1", "--temperature: must be ≥ 0, got -1");
+  refused("run " + model_ + " -p x --repeat-penalty 0", "--repeat-penalty: must be > 0, got 0");
+  refused("run " + model_ + " -p x --ctx 100000",
+          "--ctx 100000 exceeds this model's max_position_embeddings (512)");
+}
+
+TEST_F(CliArgs, ConvertOfAFileSaysItIsNotAFolder) {
+  ASSERT_TRUE(ok_);
+  refused("convert " + model_ + " -o " + (dir_ / "x.cmf").string(), "is a file, not a model directory");
+  EXPECT_FALSE(fs::exists(dir_ / "x.cmf"));
+}
+
+// The checks refuse only what is wrong: the same flags with valid values run.
+TEST_F(CliArgs, ValidValuesStillRun) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  const std::string out =
+      sh(std::string(CORTIQ_CLI_PATH) + " run " + model_ +
+             " -p 'Once upon a time' -n 4 --top-p 1 --min-p 0 --temperature 0 --repeat-penalty 1 --ctx 512 "
+             "--threads 1 2>&1",
+         &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[4 tokens"), std::string::npos) << out;
+}
+
+}  // namespace
