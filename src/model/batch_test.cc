@@ -5,6 +5,10 @@
 // against the oracle is asserted there, so equality with forward() is the whole contract here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
@@ -166,6 +170,45 @@ TEST(BatchForward, InvalidBatchIsRejectedBeforeAnyCacheMoves) {
   expect_invalid({{tok, &a, l1}, {bad, &small, l2}});    // token id out of range
   expect_invalid({{tok, &a, shortl}});                   // logits too short
   expect_invalid({{tok, nullptr, l1}});                  // no cache
+}
+
+// A NaN in the embedding row of a prompt token (a flipped byte in the file) must not decode into
+// token 0 forever: forward() throws Error(NonFinite). The same NaN in the row of a token the prompt
+// does not use changes nothing.
+TEST(Forward, NonFiniteHiddenStateIsAnError) {
+  auto c = load_case("llama");
+  ASSERT_TRUE(c);
+  const std::string name = "model.embed_tokens.weight";
+  const auto w = c->src.find(name);
+  ASSERT_TRUE(w && w->dtype == quant::DType::F32);
+  const uint64_t H = w->cols();
+  std::vector<float> emb(w->numel());
+  std::memcpy(emb.data(), w->payload.data(), emb.size() * 4);
+  uint32_t unused = 0;
+  while (std::find(c->prompt.begin(), c->prompt.end(), unused) != c->prompt.end()) ++unused;
+  ASSERT_LT(unused, w->rows());
+  const auto run = [&](uint32_t row) {
+    std::vector<float> e = emb;
+    e[row * H + H / 2] = std::numeric_limits<float>::quiet_NaN();
+    c->src.add_f32(name, w->shape, e);
+    auto m = Model::bind(c->arch, c->src, {1});
+    KvCache kv(c->arch, 32);
+    std::vector<float> logits(m->vocab_size());
+    m->forward(c->prompt, kv, logits);
+    return logits;
+  };
+  const std::vector<float> clean = run(unused);
+  for (uint32_t i = 0; i < clean.size(); ++i)  // (a tied lm_head has the NaN in logit `unused`)
+    if (i != unused) {
+      ASSERT_TRUE(std::isfinite(clean[i])) << i;
+    }
+  try {
+    run(c->prompt.back());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NonFinite) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cortiq verify"), std::string::npos) << e.what();
+  }
 }
 
 // The attention kernels read key and value rows with whole-line vector loads: every layer's

@@ -641,6 +641,15 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
     r0 += T;
   }
   if (cnt == 0) return;
+  // A NaN or ±Inf here would turn every logit into NaN and greedy decoding into token 0 forever:
+  // refuse loudly instead (a flipped weight byte, an overflowing checkpoint). Hd floats per row.
+  for (size_t i = 0; i < cnt; ++i)
+    for (size_t d = 0; d < Hd; ++d)
+      if (!std::isfinite(n[i * Hd + d]))
+        fail(ErrorKind::NonFinite,
+             "the final hidden state of output row {} is {} (component {}): a weight of this file is "
+             "corrupt or out of range; `cortiq verify` checks every tensor's hash",
+             i, n[i * Hd + d], d);
   // One step wanting logits (forward(), or a batch with one finishing prefill): write in place.
   float* lg = wanting == 1 ? steps[only].logits.data() : grow(ws.logits, cnt * V);
   kernels::matmul(lm_head, n, cnt, lg, pool);

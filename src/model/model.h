@@ -101,7 +101,9 @@ class Model {
   /// Runs tokens (positions kv.size() .. kv.size()+T−1), appends their K/V, advances kv.size().
   /// logits: [vocab] (Last), [T, vocab] (All) or empty (None); T == 0 does nothing. Throws
   /// Error(InvalidArgument) when the cache would overflow, `logits` is shorter than the mode needs,
-  /// or a token id is >= the embedding rows (nothing is touched then). A prefill (T > 1) runs each
+  /// or a token id is >= the embedding rows (nothing is touched then); Error(NonFinite) when a
+  /// position whose logits are wanted reaches the lm_head with a NaN/±Inf hidden state (a corrupt
+  /// weight; the KV cache has advanced by then). A prefill (T > 1) runs each
   /// weight as ONE kernels::matmul over all T tokens. Same code path as forward_batch with one
   /// SeqStep (all_logits = mode == All), hence bit-identical to it.
   void forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits,
@@ -117,7 +119,8 @@ class Model {
   /// set_mask between groups (server::BatchedBackend does). All steps are validated before any
   /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
   /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
-  /// that is non-empty but shorter than vocab (T·vocab with all_logits).
+  /// that is non-empty but shorter than vocab (T·vocab with all_logits); Error(NonFinite) as
+  /// forward() (after the caches have advanced).
   void forward_batch(std::span<const SeqStep> steps);
 
   /// Activates a task mask (copied), or none (nullptr). A mask with every bit open is dropped

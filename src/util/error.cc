@@ -24,6 +24,8 @@ std::string_view error_kind_name(ErrorKind kind) noexcept {
       return "InvalidArgument";
     case ErrorKind::Signature:
       return "Signature";
+    case ErrorKind::NonFinite:
+      return "NonFinite";
   }
   return "Unknown";
 }

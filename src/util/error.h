@@ -25,6 +25,7 @@ enum class ErrorKind {
   Unsupported,         ///< a valid input this build cannot handle (e.g. dequantizing u8)
   InvalidArgument,     ///< a caller/CLI argument out of range
   Signature,           ///< a detached signature that does not verify
+  NonFinite,           ///< the forward pass produced NaN/±Inf (a corrupt or out-of-range weight)
 };
 
 /// Human-readable name of an ErrorKind, e.g. "Bounds".
