@@ -542,6 +542,14 @@ TEST(Container, ShardSet) {
     EXPECT_NE(e.message().find("shard 2 of 3 is missing"), std::string::npos);
   }
   fs::rename(out[1] + ".bak", out[1]);
+  // the name given to the writer is not a file: the error names the set
+  try {
+    Reader::open(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(e.message().find("the shard set '" + out[0] + "' is there"), std::string::npos) << e.what();
+  }
   // count mismatch: a 2-shard file under a 3-shard name
   Header h2 = small_header();
   const std::string p2 = tmp_dir() + "/two.cmf";

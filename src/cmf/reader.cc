@@ -253,6 +253,20 @@ Reader Reader::open(const std::string& path, const OpenOptions& opt) {
     return f;
   };
   auto sn = parse_shard_name(path);
+  if (!sn && !std::filesystem::exists(path)) {
+    // `convert -o out.cmf --shard-max-gb N` writes out-00001-of-0000K.cmf…: name the set.
+    const std::filesystem::path p(path);
+    const std::string prefix = p.stem().string() + "-00001-of-";
+    std::error_code ec;
+    const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && parse_shard_name(e.path().string()))
+        fail(ErrorKind::Io,
+             "cannot open '{}': no such file, but the shard set '{}' is there (open any of its shards)", path,
+             e.path().string());
+    }
+  }
   File first = load(path);
   const bool set = opt.open_shard_set && sn && first.header.shard;
   if (!set) {

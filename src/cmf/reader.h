@@ -78,7 +78,8 @@ class Reader {
  public:
   /// Opens and validates. Throws Error(InvalidMagic|UnsupportedVersion|UnsupportedFeature|Bounds|
   /// Parse|Io); for shard sets also Io (missing sibling) and Parse (count/no mismatch, duplicate
-  /// tensor names across shards).
+  /// tensor names across shards). A missing `stem.cmf` beside a `stem-00001-of-NNNNN.cmf` is an
+  /// Io error that names the shard set.
   static Reader open(const std::string& path, const OpenOptions& opt = {});
   /// Opens an in-memory image (tests, fuzzing). The bytes must outlive the Reader. No shard sets.
   static Reader open_memory(std::span<const uint8_t> bytes, const OpenOptions& opt = {});

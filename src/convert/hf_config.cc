@@ -203,7 +203,14 @@ HfFiles read_hf_files(const std::string& dir) {
   HfFiles f;
   f.dir = dir;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, "model directory '{}' does not exist", dir);
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec))
+      fail(ErrorKind::Io,
+           "'{}' is a file, not a model directory: convert reads a Hugging Face checkpoint folder "
+           "(config.json + *.safetensors); `cortiq requant` re-encodes a .cmf file",
+           dir);
+    fail(ErrorKind::Io, "model directory '{}' does not exist", dir);
+  }
   const fs::path d(dir);
   if (!fs::exists(d / "config.json", ec)) fail(ErrorKind::Io, "no config.json in '{}'", dir);
   f.config = read_json_file((d / "config.json").string());

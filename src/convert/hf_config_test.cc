@@ -1,8 +1,13 @@
 #include "convert/hf_config.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
 
 #include "convert/plan.h"
 #include "util/error.h"
@@ -239,6 +244,24 @@ TEST(HfConfig, BundleEosUnionAndTemplate) {
   HfFiles empty;
   empty.config = base_cfg("llama");
   EXPECT_FALSE(bundle_from_hf(empty));
+}
+
+// `convert model.cmf`: the error says the path is a file (and which command re-encodes a .cmf),
+// not that it does not exist; a missing path still says so.
+TEST(HfConfig, ReadHfFilesNamesAFileThatIsNotAFolder) {
+  const auto file = std::filesystem::temp_directory_path() / ("cortiq_hf_file_" + std::to_string(::getpid()));
+  std::ofstream(file) << "CMF";
+  for (const auto& [path, want] : {std::pair{file.string(), std::string("is a file, not a model directory")},
+                                   std::pair{file.string() + ".missing", std::string("does not exist")}}) {
+    try {
+      read_hf_files(path);
+      ADD_FAILURE() << path << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Io);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(file);
 }
 
 TEST(QuantPlan, SpellingsRulesAndPolicy) {
