@@ -10,4 +10,6 @@ OUT=build/stories260K.cmf
 "$CORTIQ" run "$OUT" -p "Once upon a time" --greedy -n 64
 if [ -f ../shared/data/tinystories-sample/tinystories_sample.txt ]; then
   "$CORTIQ" ppl "$OUT" -f ../shared/data/tinystories-sample/tinystories_sample.txt --ctx 256
+else
+  echo "demo: perplexity skipped (../shared/data/tinystories-sample is not beside the repo)"
 fi

@@ -20,6 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The OpenAI-client end-to-end tests drive `cortiq serve` with the official npm package.
 if command -v npm >/dev/null 2>&1 && [ ! -d tests/clients/node_modules ]; then
+  echo "setup: installing the openai npm client for the serve tests (tests/clients)"
   npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error || echo "setup: npm ci failed; serve client tests will skip"
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${CORTIQ_CMAKE_FLAGS:-}
