@@ -487,6 +487,13 @@ TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
   }
   EXPECT_EQ(std::string(c.vocab().begin(), c.vocab().end()), std::string(b.vocab().begin(), b.vocab().end()));
   EXPECT_EQ(c.header().provenance, b.header().provenance);
+  // Tight: header and directory in front of the data, with no more than the slack for regenerated
+  // hashes plus the 4096 alignment between them and the data (convert reserves 1 MiB there).
+  const auto& e = c.envelope(0);
+  EXPECT_LT(e.header.end(), e.data.off);
+  EXPECT_LT(e.dir.end(), e.data.off);
+  EXPECT_LE(e.data.off, e.dir.end() + 1024 + 4096);
+  EXPECT_LT(fs::file_size(cp), fs::file_size(q4) - (512u << 10));
 }
 
 TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {

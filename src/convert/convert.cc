@@ -321,6 +321,12 @@ ConvertResult compact_file(const std::string& input, const std::string& output, 
   }
   cmf::WriterOptions wo;
   wo.expected_tensors = jobs.size();
+  // Tight: room for the envelope, this header (+1 KiB: the hashes are regenerated) and the
+  // directory (FORMAT-NOTES §1.6: 16 + 56 per record + the name pool), not the 1 MiB default
+  // that leaves room for a header to grow.
+  uint64_t dir_bytes = 16;
+  for (const auto& j : jobs) dir_bytes += 56 + j.name.size();
+  wo.reserve_bytes = cmf::kEnvelopeSize + r.header_bytes().size() + 1024 + dir_bytes;
   cmf::Writer w(output, wo);
   if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
