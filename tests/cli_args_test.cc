@@ -79,6 +79,18 @@ TEST_F(CliArgs, ValidValuesStillRun) {
          &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[4 tokens"), std::string::npos) << out;
+  EXPECT_EQ(out.find("--system is ignored"), std::string::npos) << out;
+}
+
+// A flag that cannot apply is said to be ignored (stories260K has no chat template), not dropped.
+TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  const std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run " + model_ +
+                                 " -p 'Once upon a time' -n 2 --greedy --system 'be brief' --threads 1 2>&1",
+                             &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("note: --system is ignored: this model has no chat template"), std::string::npos) << out;
 }
 
 }  // namespace

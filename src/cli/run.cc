@@ -57,6 +57,9 @@ void run_cmd(const RunArgs& a) {
   }
   if (a.seed_opt->count()) gp.sampler.seed = a.seed;
   const bool chat = !a.raw && lm.bundle.chat_template && !lm.bundle.chat_template->empty();
+  if (!chat && !a.system.empty())
+    std::fprintf(stderr, "note: --system is ignored: %s\n",
+                 a.raw ? "--raw encodes the prompt as is" : "this model has no chat template");
   runtime::Session session(lm);
   auto stream = [](std::string_view s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
