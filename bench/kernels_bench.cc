@@ -248,6 +248,33 @@ void BM_memread(benchmark::State& st, size_t threads) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(buf.size()));
 }
 
+/// The int8 path's compute ceiling: vpdpbusd zmm (64 u8×s8 products summed into 16 int32 lanes)
+/// back to back on 12 independent accumulators, one thread — enough chains to cover the
+/// instruction's latency, so the rate is its throughput. Every int8 kernel does at least one per 64
+/// weights per token, so rows·cols·tokens / 64 ÷ this rate is a matmul's compute floor (compare
+/// with bytes ÷ memread for its memory floor). Reports vpdpbusd/s (items) and the int8 MACs/s.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void BM_vnni_peak(benchmark::State& st) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    st.SkipWithError("no AVX-512 VNNI on this CPU");
+    return;
+  }
+  constexpr int kChains = 12, kRounds = 1024;
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i a = _mm512_set1_epi8(3);
+  const __m512i b = _mm512_set1_epi8(-5);
+  for (auto _ : st) {
+    for (int r = 0; r < kRounds; ++r) {
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+      __asm__ volatile("" : "+v"(a));  // the operand is not loop-invariant to the compiler
+    }
+  }
+  for (int i = 0; i < kChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  const auto n = static_cast<int64_t>(st.iterations()) * kChains * kRounds;
+  st.SetItemsProcessed(n);
+  st.counters["int8_MAC/s"] = benchmark::Counter(static_cast<double>(n) * 64, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,6 +286,7 @@ int main(int argc, char** argv) {
   };
   // 896×896 stays in L2 (≤ 3.2 MB in f32, ≤ 0.8 MB quantized): the kernel's compute ceiling.
   constexpr Shape kShapes[] = {{896, 4864}, {4864, 896}, {151936, 896}, {896, 896}};
+  benchmark::RegisterBenchmark("vnni_peak/threads:1", BM_vnni_peak)->Unit(benchmark::kMicrosecond);
   for (size_t th : {1, 2})
     benchmark::RegisterBenchmark(("memread/threads:" + std::to_string(th)).c_str(), BM_memread, th)
         ->UseRealTime()
