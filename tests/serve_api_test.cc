@@ -365,7 +365,7 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
   ASSERT_TRUE(ok_);
   if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
-  start_server("--parallel 2 --queue 4 --threads 1 --api-key sekret --max-body 65536");
+  start_server("--parallel 2 --queue 4 --threads 1 --api-key sekret --max-body 65536 --log-requests");
   ASSERT_GT(port_, 0) << "server did not start";
   const std::string auth = "Authorization: Bearer sekret\r\n";
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);  // no key needed
@@ -439,6 +439,14 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   ASSERT_GE(r.body.size(), tail.size());
   EXPECT_EQ(r.body.substr(r.body.size() - tail.size()), tail);
   stop_server();
+  // --log-requests: one line per request, also for those answered before any route ran
+  std::ifstream ef(dir_ / "serve.err");
+  std::stringstream log;
+  log << ef.rdbuf();
+  for (const char* line :
+       {"GET /v1/models -> 401\n", "GET /v1/models -> 200 (", "POST /v1/completions -> 413\n",
+        "GET /nope -> 404\n", "GET /v1/completions -> 405\n", "POST /v1/completions -> 200 ("})
+    EXPECT_NE(log.str().find(line), std::string::npos) << line << " not in:\n" << log.str();
 }
 
 // A second server on a busy port must fail to bind, not share the port with the first (cpp-httplib

@@ -663,6 +663,8 @@ int run_server(const ServerOptions& opt) {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
 
+  // Whether `wrap` logged the request this thread is answering (--log-requests).
+  static thread_local bool t_request_logged = false;
   auto wrap = [&opt](auto fn) {
     return [fn, &opt](const httplib::Request& req, httplib::Response& res) {
       const auto t0 = clock_type::now();
@@ -677,11 +679,21 @@ int run_server(const ServerOptions& opt) {
       } catch (const std::exception& e) {
         send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
       }
-      if (opt.log_requests)
+      if (opt.log_requests) {
         std::fprintf(stderr, "%s %s -> %d (%.1f ms)\n", req.method.c_str(), req.path.c_str(), res.status,
                      std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+        t_request_logged = true;
+      }
     };
   };
+  // Requests answered before or outside a route (401 from the key check, 404/405, 413, malformed
+  // HTTP) are logged when their response is written; routed ones were logged by `wrap` on the same
+  // thread, with their handler time.
+  http.set_logger([&opt](const httplib::Request& req, const httplib::Response& res) {
+    if (opt.log_requests && !t_request_logged)
+      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
+    t_request_logged = false;
+  });
 
   const std::string key = opt.api_key;
   http.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
