@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <mutex>
 #include <random>
@@ -46,8 +48,7 @@ std::optional<double> get_number(const ojson& b, const char* key, double lo, dou
   if (!it->is_number()) wrong_type(key, "a number", *it);
   const double v = it->get<double>();
   if (!std::isfinite(v) || v < lo || v > hi)
-    bad(key, "'" + std::string(key) + "' = " + it->dump() + " is out of range [" + std::to_string(lo) + ", " +
-                 std::to_string(hi) + "]");
+    bad(key, fmt::format("'{}' = {} is out of range [{}, {}]", key, it->dump(), lo, hi));
   return v;
 }
 
@@ -59,7 +60,8 @@ std::optional<int64_t> get_int(const ojson& b, const char* key, int64_t lo, int6
     if (it->is_number_float() && std::isfinite(it->get<double>()) &&
         it->get<double>() == std::floor(it->get<double>()) && std::fabs(it->get<double>()) < 9e15) {
       const auto v = static_cast<int64_t>(it->get<double>());
-      if (v < lo || v > hi) bad(key, "'" + std::string(key) + "' = " + it->dump() + " is out of range");
+      if (v < lo || v > hi)
+        bad(key, fmt::format("'{}' = {} is out of range [{}, {}]", key, it->dump(), lo, hi));
       return v;
     }
     wrong_type(key, "an integer", *it);

@@ -118,6 +118,23 @@ TEST(ChatRequest, WrongTypesAndRangesAre400WithParam) {
   EXPECT_EQ(400, status_of([] { parse_chat_request(J("[1,2]")); }));
 }
 
+// Range errors print the bounds as a user wrote them ("[0, 2]", not "[0.000000, 2.000000]").
+TEST(ChatRequest, RangeMessagesNameTheBounds) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})",
+       "'temperature' = 3 is out of range [0, 2]"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", "'top_p' = 1.5 is out of range [0, 1]"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0.0})",
+       "'max_tokens' = 0.0 is out of range [1, 2147483647]"},
+  };
+  for (const auto& [body, want] : cases) try {
+      parse_chat_request(J(body));
+      ADD_FAILURE() << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(std::string(e.what()), want) << body;
+    }
+}
+
 TEST(ChatRequest, SamplingFields) {
   auto r = parse_chat_request(J(R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.5,
       "top_p":0.8,"top_k":7,"min_p":0.1,"seed":42,"max_completion_tokens":9,"stop":"END","presence_penalty":0.5,
