@@ -43,8 +43,8 @@ enum LoadFlag : unsigned {
 void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which = kLoadAll);
 
 /// CLI11 validators with plain messages ("must be ≥ 0, got -5", "must be > 0, got 0"); CLI11's own
-/// PositiveNumber prints the whole double range. A value that is not a number passes through to the option's
-/// own conversion, which reports it.
+/// PositiveNumber prints the whole double range. A value that is not a number passes through to
+/// the option's own conversion, which reports it.
 CLI::Validator non_negative();
 CLI::Validator positive();
 /// lo ≤ value ≤ hi ("must be in [0, 1], got 5").

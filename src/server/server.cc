@@ -708,21 +708,33 @@ int run_server(const ServerOptions& opt) {
                  "authentication_error", std::nullopt, "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  // The method of every route registered below: a known path asked with another method is a 405
-  // with an Allow header, not a 404.
-  static const std::map<std::string, std::string, std::less<>> kRouteMethod = {
-      {"/health", "GET"},
-      {"/healthz", "GET"},
-      {"/v1/models", "GET"},
-      {"/v1/cortiq/masks", "GET"},
-      {"/tokenize", "POST"},
-      {"/detokenize", "POST"},
-      {"/v1/chat/completions", "POST"},
-      {"/v1/completions", "POST"}};
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  // Every route, registered below. A known path asked with another method is a 405 with an Allow
+  // header, not a 404.
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  struct Route {
+    const char* method;
+    const char* path;
+    Handler fn;
+  };
+  const std::vector<Route> routes = {
+      {"GET", "/health", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
+      {"GET", "/healthz", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
+      {"GET", "/v1/models", [&](const httplib::Request&, httplib::Response& res) { svc.models(res); }},
+      {"GET", "/v1/cortiq/masks", [&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }},
+      {"POST", "/tokenize", [&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }},
+      {"POST", "/detokenize",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.detokenize(q, res); }},
+      {"POST", "/v1/chat/completions",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.chat(q, res); }},
+      {"POST", "/v1/completions",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.completions(q, res); }},
+  };
+  std::map<std::string, std::string, std::less<>> route_method;
+  for (const Route& r : routes) route_method[r.path] = r.method;
+  http.set_error_handler([&route_method](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const auto route = kRouteMethod.find(req.path);
-    if (res.status == 404 && route != kRouteMethod.end() && route->second != req.method) {
+    const auto route = route_method.find(req.path);
+    if (res.status == 404 && route != route_method.end() && route->second != req.method) {
       res.status = 405;
       res.set_header("Allow", route->second);
     }
@@ -733,7 +745,7 @@ int run_server(const ServerOptions& opt) {
         break;
       case 405:
         msg = req.method + " is not allowed on " + req.path + " (use " +
-              (route != kRouteMethod.end() ? route->second : std::string("another method")) + ")";
+              (route != route_method.end() ? route->second : std::string("another method")) + ")";
         break;
       case 413:
         msg = "request body too large";
@@ -750,19 +762,12 @@ int run_server(const ServerOptions& opt) {
     send_error(res, ApiError(500, "internal error", "server_error"));
   });
 
-  http.Get("/health", wrap([&](const httplib::Request&, httplib::Response& res) { svc.health(res); }));
-  http.Get("/healthz", wrap([&](const httplib::Request&, httplib::Response& res) { svc.health(res); }));
-  http.Get("/v1/models", wrap([&](const httplib::Request&, httplib::Response& res) { svc.models(res); }));
-  http.Get("/v1/cortiq/masks",
-           wrap([&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }));
-  http.Post("/tokenize",
-            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }));
-  http.Post("/detokenize",
-            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.detokenize(q, res); }));
-  http.Post("/v1/chat/completions",
-            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.chat(q, res); }));
-  http.Post("/v1/completions",
-            wrap([&](const httplib::Request& q, httplib::Response& res) { svc.completions(q, res); }));
+  for (const Route& r : routes) {
+    if (std::string_view(r.method) == "GET")
+      http.Get(r.path, wrap(r.fn));
+    else
+      http.Post(r.path, wrap(r.fn));
+  }
 
   int port = opt.port;
   if (port == 0) {
