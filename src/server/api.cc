@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <random>
@@ -218,6 +219,11 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
     ojson out = ojson::object();
     out["role"] = rs;
     auto c = m.find("content");
+    const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (rs != "assistant" && (c == m.end() || c->is_null()))
+      bad(where + ".content", where + ".content is required for a '" + rs + "' message");
+    if (rs == "assistant" && !has_calls && (c == m.end() || c->is_null()))
+      bad(where + ".content", where + ".content is required unless the message has tool_calls");
     out["content"] = c == m.end() ? std::string() : content_text(*c, where + ".content");
     if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
       if (!tc->is_array()) wrong_type(where + ".tool_calls", "an array", *tc);
@@ -230,6 +236,8 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
           bad(where + ".tool_calls", "each tool call needs a 'function' object");
         if (!f->contains("name") || !(*f)["name"].is_string())
           bad(where + ".tool_calls", "each tool call needs a string function.name");
+        if (!call.contains("id") || !call["id"].is_string())
+          bad(where + ".tool_calls", "each tool call needs a string 'id' (the tool message answers it)");
         if (auto a = f->find("arguments"); a != f->end() && a->is_string()) {
           auto parsed = ojson::parse(a->get<std::string>(), nullptr, false);
           if (!parsed.is_discarded()) cc["function"]["arguments"] = parsed;
@@ -238,7 +246,10 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
       }
       out["tool_calls"] = calls;
     }
-    if (auto v = get_string(m, "tool_call_id")) out["tool_call_id"] = *v;
+    if (auto v = get_string(m, "tool_call_id"))
+      out["tool_call_id"] = *v;
+    else if (rs == "tool")
+      bad(where + ".tool_call_id", "a 'tool' message needs 'tool_call_id' (the id of the call it answers)");
     if (auto v = get_string(m, "name")) out["name"] = *v;
     r.messages.push_back(out);
   }
@@ -262,6 +273,15 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
       r.tool_choice = (*f)["name"].get<std::string>();
     } else {
       wrong_type("tool_choice", "a string or an object", *tc);
+    }
+  }
+  if (r.tool_choice != "auto" && r.tool_choice != "none") {
+    if (r.tools.is_null())
+      bad("tool_choice", "tool_choice '" + r.tool_choice + "' needs a non-empty 'tools' array");
+    if (r.tool_choice != "required") {
+      bool found = false;
+      for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_choice;
+      if (!found) bad("tool_choice", "tool_choice names '" + r.tool_choice + "', which is not in 'tools'");
     }
   }
   if (r.tool_choice == "none") r.tools = nullptr;
@@ -331,14 +351,21 @@ CompletionRequest parse_completion_request(const ojson& b) {
 // ---------------------------------------------------------------------------------------------
 // Tool calls
 
-std::string random_id(std::string_view prefix) {
+std::string random_id(std::string_view prefix, size_t n) {
   static std::mutex mu;
   static std::mt19937_64 rng{std::random_device{}()};
   static const char* alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string s(prefix);
   std::lock_guard<std::mutex> g(mu);
-  for (int i = 0; i < 24; ++i) s += alnum[rng() % 62];
+  for (size_t i = 0; i < n; ++i) s += alnum[rng() % 62];
   return s;
+}
+
+ToolFormat tool_format_of(std::string_view chat_template) {
+  if (chat_template.empty()) return ToolFormat::Any;
+  if (chat_template.find("<tool_call>") != std::string_view::npos) return ToolFormat::Hermes;
+  if (chat_template.find("[TOOL_CALLS]") != std::string_view::npos) return ToolFormat::Mistral;
+  return ToolFormat::BareJson;
 }
 
 namespace {
@@ -350,12 +377,21 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(a, b - a));
 }
 
-// {"name": str, "arguments"|"parameters": object|string} → ToolCall.
-std::optional<ToolCall> call_from_json(const ojson& j) {
+bool declared(const ToolContext& ctx, const std::string& name) {
+  return ctx.names.empty() || std::find(ctx.names.begin(), ctx.names.end(), name) != ctx.names.end();
+}
+
+// Mistral's templates accept only 9 alphanumerics as a call id.
+std::string call_id(bool mistral) {
+  return mistral ? random_id("", 9) : random_id("call_");
+}
+
+// {"name": str (declared), "arguments"|"parameters": object|string} → ToolCall.
+std::optional<ToolCall> call_from_json(const ojson& j, const ToolContext& ctx, bool mistral = false) {
   if (!j.is_object()) return std::nullopt;
   auto n = j.find("name");
-  if (n == j.end() || !n->is_string()) return std::nullopt;
-  ToolCall c{random_id("call_"), n->get<std::string>(), "{}"};
+  if (n == j.end() || !n->is_string() || !declared(ctx, n->get<std::string>())) return std::nullopt;
+  ToolCall c{call_id(mistral), n->get<std::string>(), "{}"};
   auto a = j.find("arguments");
   if (a == j.end()) a = j.find("parameters");
   if (a != j.end()) c.arguments = a->is_string() ? a->get<std::string>() : a->dump();
@@ -366,10 +402,11 @@ const char* kMarkers[] = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
 
 }  // namespace
 
-ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
+ToolParse parse_tool_calls(std::string_view text, bool tools_requested, const ToolContext& ctx) {
   ToolParse out;
+  const auto allows = [&](ToolFormat f) { return ctx.format == ToolFormat::Any || ctx.format == f; };
   // Qwen / Hermes blocks.
-  if (text.find("<tool_call>") != std::string_view::npos) {
+  if (allows(ToolFormat::Hermes) && text.find("<tool_call>") != std::string_view::npos) {
     std::string rest;
     size_t pos = 0;
     while (pos < text.size()) {
@@ -384,7 +421,7 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
       const size_t end = b == std::string_view::npos ? text.size() : b + 12;
       if (b == std::string_view::npos) b = text.size();
       auto j = ojson::parse(text.substr(body, b - body), nullptr, false);
-      auto c = j.is_discarded() ? std::nullopt : call_from_json(j);
+      auto c = j.is_discarded() ? std::nullopt : call_from_json(j, ctx);
       if (c) {
         out.calls.push_back(*c);
       } else {
@@ -396,7 +433,8 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
     return out;
   }
   // Mistral.
-  if (const size_t m = text.find("[TOOL_CALLS]"); m != std::string_view::npos) {
+  if (const size_t m = allows(ToolFormat::Mistral) ? text.find("[TOOL_CALLS]") : std::string_view::npos;
+      m != std::string_view::npos) {
     std::string_view body = text.substr(m + 12);
     const std::string before = trim(text.substr(0, m));
     auto j = ojson::parse(body, nullptr, false);
@@ -405,7 +443,7 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
       if (j.is_array()) {
         std::vector<ToolCall> calls;
         for (const auto& x : j)
-          if (auto c = call_from_json(x)) calls.push_back(*c);
+          if (auto c = call_from_json(x, ctx, true)) calls.push_back(*c);
         if (!calls.empty() && calls.size() == j.size()) return {before, calls};
       }
     }
@@ -425,11 +463,11 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
       s.remove_prefix(ar + 6);
       const size_t next = s.find("[TOOL_CALLS]");
       auto args = ojson::parse(s.substr(0, next), nullptr, false);
-      if (name.empty() || args.is_discarded()) {
+      if (name.empty() || args.is_discarded() || !declared(ctx, name)) {
         ok = false;
         break;
       }
-      calls.push_back({random_id("call_"), name, args.is_string() ? args.get<std::string>() : args.dump()});
+      calls.push_back({call_id(true), name, args.is_string() ? args.get<std::string>() : args.dump()});
       s = next == std::string_view::npos ? std::string_view() : s.substr(next);
     }
     if (ok && !calls.empty()) return {before, calls};
@@ -439,13 +477,13 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
   // Llama 3.x: bare JSON (after an optional <|python_tag|>), only when tools were requested.
   std::string t = trim(text);
   if (t.rfind("<|python_tag|>", 0) == 0) t = trim(t.substr(14));
-  if (tools_requested && !t.empty() && t[0] == '{') {
+  if (allows(ToolFormat::BareJson) && tools_requested && !t.empty() && t[0] == '{') {
     std::vector<ToolCall> calls;
     bool ok = true;
     // Several calls may be separated by ';'.
     auto whole = ojson::parse(t, nullptr, false);
     if (!whole.is_discarded()) {
-      if (auto c = call_from_json(whole))
+      if (auto c = call_from_json(whole, ctx))
         calls.push_back(*c);
       else
         ok = false;
@@ -459,7 +497,7 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
           const size_t end = semi == std::string::npos ? t.size() : semi;
           auto j = ojson::parse(std::string_view(t).substr(start, end - start), nullptr, false);
           if (!j.is_discarded()) {
-            auto c = call_from_json(j);
+            auto c = call_from_json(j, ctx);
             if (!c) break;
             calls.push_back(*c);
             start = end == t.size() ? end : end + 1;
@@ -478,10 +516,33 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested) {
   return out;
 }
 
-size_t tool_markup_start(std::string_view text, bool tools_requested) {
+std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, ToolFormat format,
+                               bool mistral_args) {
+  if (!has_tools || tool_choice == "auto" || tool_choice == "none" || format == ToolFormat::Any) return "";
+  const bool named = tool_choice != "required";
+  const std::string name = named ? tool_choice : "";
+  switch (format) {
+    case ToolFormat::Hermes:
+      return "<tool_call>\n{\"name\": \"" + (named ? name + "\", \"arguments\": " : "");
+    case ToolFormat::Mistral:
+      if (mistral_args) return "[TOOL_CALLS]" + (named ? name + "[ARGS]" : "");
+      return "[TOOL_CALLS] [{\"name\": \"" + (named ? name + "\", \"arguments\": " : "");
+    case ToolFormat::BareJson:
+      return "{\"name\": \"" + (named ? name + "\", \"parameters\": " : "");
+    case ToolFormat::Any:
+      break;
+  }
+  return "";
+}
+
+size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat format) {
   size_t best = std::string_view::npos;
   for (const char* m : kMarkers) {
     const std::string_view mk(m);
+    const ToolFormat of = mk == "<tool_call>"    ? ToolFormat::Hermes
+                          : mk == "[TOOL_CALLS]" ? ToolFormat::Mistral
+                                                 : ToolFormat::BareJson;
+    if (format != ToolFormat::Any && format != of) continue;
     if (size_t p = text.find(mk); p != std::string_view::npos) best = std::min(best, p);
     // a proper prefix of the marker at the end
     for (size_t k = std::min(mk.size() - 1, text.size()); k > 0; --k)
@@ -490,7 +551,7 @@ size_t tool_markup_start(std::string_view text, bool tools_requested) {
         break;
       }
   }
-  if (tools_requested) {
+  if (tools_requested && (format == ToolFormat::Any || format == ToolFormat::BareJson)) {
     size_t i = 0;
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
     if (i < text.size() && text[i] == '{') best = std::min(best, i);

@@ -60,9 +60,11 @@ struct SamplingOptions {
 /// A parsed POST /v1/chat/completions body.
 struct ChatCompletionRequest {
   std::string model;
-  ojson messages = ojson::array();   ///< normalized: string content, parsed tool-call arguments
-  ojson tools = nullptr;             ///< null when absent or hidden by tool_choice "none"
-  std::string tool_choice = "auto";  ///< auto | none | required | function name (treated as auto)
+  ojson messages = ojson::array();  ///< normalized: string content, parsed tool-call arguments
+  ojson tools = nullptr;            ///< null when absent or hidden by tool_choice "none"
+  /// auto | none | required | a function name (validated against `tools`; the server starts the
+  /// answer with the tool-call opening of the template's format for required / a name)
+  std::string tool_choice = "auto";
   bool stream = false, include_usage = false;
   SamplingOptions sampling;
   std::optional<std::string> task;  ///< `cortiq.task`
@@ -99,22 +101,54 @@ struct ToolParse {
   std::vector<ToolCall> calls;
 };
 
-/// Extracts tool calls from generated text, for the template families Cortiq ships tokenizers for:
-///  * Qwen / Hermes: `<tool_call>{"name":…,"arguments":{…}}</tool_call>` blocks (several allowed);
+/// The tool-call syntax a chat template teaches its model.
+enum class ToolFormat {
+  Any,     ///< every syntax below (no template to tell)
+  Hermes,  ///< Qwen / Hermes: `<tool_call>{"name":…,"arguments":{…}}</tool_call>` blocks
+  Mistral,  ///< `[TOOL_CALLS][{"name":…,"arguments":{…}},…]` (v3) or `[TOOL_CALLS]name[ARGS]{…}` (v11+)
+  BareJson,  ///< Llama 3.x: the whole output (optionally after `<|python_tag|>`) is the call JSON
+};
+
+/// Hermes when `chat_template` mentions `<tool_call>`, Mistral when it mentions `[TOOL_CALLS]`,
+/// BareJson for any other template (Llama 3.x writes plain JSON), Any for an empty template.
+ToolFormat tool_format_of(std::string_view chat_template);
+
+/// What a request allows as a tool call.
+struct ToolContext {
+  ToolFormat format = ToolFormat::Any;
+  /// The request's declared function names: a call naming another function is not a call and its
+  /// text stays content (OpenAI never returns an undeclared name). Empty: any name.
+  std::vector<std::string> names;
+};
+
+/// Extracts tool calls from generated text in the syntax `ctx.format` allows (all of them for Any):
+///  * Hermes: `<tool_call>{"name":…,"arguments":{…}}</tool_call>` blocks (several allowed);
 ///  * Mistral: `[TOOL_CALLS][{"name":…,"arguments":{…}},…]` (v3) or `[TOOL_CALLS]name[ARGS]{…}` (v11+);
-///  * Llama 3.x: the whole output (optionally after `<|python_tag|>`) is `{"name":…,"parameters"|
+///  * BareJson: the whole output (optionally after `<|python_tag|>`) is `{"name":…,"parameters"|
 ///    "arguments":{…}}`, or several separated by ";" — accepted only when `tools_requested`.
-/// A block that is not valid JSON with a string `name` stays in the content. Call ids are
-/// "call_" + 24 random alphanumerics.
-ToolParse parse_tool_calls(std::string_view text, bool tools_requested);
+/// A block that is not valid JSON with a string `name`, or names an undeclared function, stays in
+/// the content. Call ids are "call_" + 24 random alphanumerics, except Mistral's: 9 alphanumerics,
+/// the only form Mistral's chat templates accept when the id comes back in a `tool` message.
+ToolParse parse_tool_calls(std::string_view text, bool tools_requested, const ToolContext& ctx = {});
 
-/// Position where tool-call markup may begin in partially generated `text` (so a stream holds
-/// back everything from there), or npos. Considers the markers above and, when `tools_requested`,
-/// a first non-space character '{'. A proper prefix of a marker at the end of `text` counts.
-size_t tool_markup_start(std::string_view text, bool tools_requested);
+/// The start of the answer that makes the model call a tool, appended to the rendered prompt when
+/// `tool_choice` is "required" (the model writes the name) or a function name (the model writes the
+/// arguments): Hermes `<tool_call>\n{"name": "`, Mistral `[TOOL_CALLS]NAME[ARGS]` when the template
+/// uses [ARGS] (v11+) else `[TOOL_CALLS] [{"name": "`, BareJson `{"name": "`; then, for a named
+/// function, `NAME", "arguments": ` (BareJson: `"parameters"`). "" for auto / none, no tools, or
+/// Any. The generated text is parsed with this prefix in front of it. Prefix forcing, not
+/// constrained decoding: the model still chooses the rest.
+std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, ToolFormat format,
+                               bool mistral_args);
 
-/// Random id with `prefix` and 24 alphanumerics (thread-safe).
-std::string random_id(std::string_view prefix);
+/// Position where tool-call markup of `format` may begin in partially generated `text` (so a stream
+/// holds back everything from there), or npos. Considers the markers above and, for BareJson / Any
+/// when `tools_requested`, a first non-space character '{'. A proper prefix of a marker at the end
+/// of `text` counts.
+size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat format = ToolFormat::Any);
+
+/// Random id with `prefix` and `n` alphanumerics (thread-safe).
+std::string random_id(std::string_view prefix, size_t n = 24);
 
 /// Text for the SSE wire: "data: " + json + "\n\n".
 std::string sse_event(const ojson& j);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -238,6 +239,89 @@ TEST(ToolCalls, MarkupStartForStreaming) {
   EXPECT_EQ(tool_markup_start("  {\"name\"", true), 2u);
   EXPECT_EQ(tool_markup_start("  {\"name\"", false), std::string::npos);
   EXPECT_EQ(tool_markup_start("x [TOOL_C", false), 2u);
+}
+
+// A template's format decides which syntax is a call: a Qwen (Hermes) model answering with plain
+// JSON that has a "name" key is answering, not calling (found by a newcomer trial: the answer was
+// lost and an undeclared function "Bob" called).
+TEST(ToolCalls, FormatOfTheTemplateAndDeclaredNamesOnly) {
+  EXPECT_EQ(tool_format_of("{% for m in messages %}<tool_call>{% endfor %}"), ToolFormat::Hermes);
+  EXPECT_EQ(tool_format_of("{{ '[TOOL_CALLS]' }}"), ToolFormat::Mistral);
+  EXPECT_EQ(tool_format_of("<|start_header_id|>ipython"), ToolFormat::BareJson);
+  EXPECT_EQ(tool_format_of(""), ToolFormat::Any);
+
+  const char* json = R"({"name":"Bob","age":3})";
+  EXPECT_TRUE(parse_tool_calls(json, true, {ToolFormat::Hermes, {"get_weather"}}).calls.empty());
+  EXPECT_EQ(parse_tool_calls(json, true, {ToolFormat::Hermes, {"get_weather"}}).content, json);
+  // BareJson: the same text is a call only if it names a declared function
+  EXPECT_TRUE(parse_tool_calls(json, true, {ToolFormat::BareJson, {"get_weather"}}).calls.empty());
+  EXPECT_EQ(parse_tool_calls(json, true, {ToolFormat::BareJson, {"Bob"}}).calls.size(), 1u);
+  // Hermes: an undeclared name stays in the content, a declared one is a call
+  const char* hermes = "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(parse_tool_calls(hermes, true, {ToolFormat::Hermes, {"get_weather"}}).calls.empty());
+  EXPECT_EQ(parse_tool_calls(hermes, true, {ToolFormat::Hermes, {"rm_rf"}}).calls.size(), 1u);
+  // another family's markup is not parsed
+  EXPECT_TRUE(parse_tool_calls(hermes, true, {ToolFormat::Mistral, {}}).calls.empty());
+  EXPECT_TRUE(parse_tool_calls("[TOOL_CALLS]add[ARGS]{}", true, {ToolFormat::Hermes, {}}).calls.empty());
+  // streaming: a Hermes model's leading '{' is content, not held back
+  EXPECT_EQ(tool_markup_start("{\"a\"", true, ToolFormat::Hermes), std::string::npos);
+  EXPECT_EQ(tool_markup_start("{\"a\"", true, ToolFormat::BareJson), 0u);
+  EXPECT_EQ(tool_markup_start("x <tool_call>", true, ToolFormat::Mistral), std::string::npos);
+}
+
+// Mistral's templates reject any call id but 9 alphanumerics when it comes back in a tool message.
+TEST(ToolCalls, MistralIdsAreNineAlphanumerics) {
+  for (const char* out : {R"([TOOL_CALLS] [{"name": "add", "arguments": {}}])", "[TOOL_CALLS]add[ARGS]{}"}) {
+    const auto p = parse_tool_calls(out, true);
+    ASSERT_EQ(p.calls.size(), 1u) << out;
+    EXPECT_EQ(p.calls[0].id.size(), 9u) << p.calls[0].id;
+    for (char ch : p.calls[0].id) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch))) << p.calls[0].id;
+  }
+}
+
+TEST(ToolCalls, ForcedPrefixPerFormat) {
+  EXPECT_EQ(forced_tool_prefix("auto", true, ToolFormat::Hermes, false), "");
+  EXPECT_EQ(forced_tool_prefix("required", false, ToolFormat::Hermes, false), "");
+  EXPECT_EQ(forced_tool_prefix("required", true, ToolFormat::Any, false), "");
+  EXPECT_EQ(forced_tool_prefix("required", true, ToolFormat::Hermes, false), "<tool_call>\n{\"name\": \"");
+  EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Hermes, false),
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+  EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Mistral, true), "[TOOL_CALLS]f[ARGS]");
+  EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Mistral, false),
+            "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": ");
+  EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::BareJson, false), "{\"name\": \"f\", \"parameters\": ");
+  // prefix + a plausible continuation parses as the forced call
+  const auto p =
+      parse_tool_calls(forced_tool_prefix("f", true, ToolFormat::Hermes, false) + "{\"x\": 1}}\n</tool_call>",
+                       true, {ToolFormat::Hermes, {"f"}});
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "f");
+}
+
+// OpenAI's message rules: a tool message answers a call id, user/system/tool messages have content,
+// a replayed call has an id, and tool_choice other than auto/none needs tools (and a declared name).
+TEST(ChatRequest, ToolMessagesAndToolChoiceAreChecked) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42"}]})",
+       "messages[1].tool_call_id"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0].content"},
+      {R"({"messages":[{"role":"assistant"}]})", "messages[0].content"},
+      {R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,
+        "tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+       "messages[1].tool_calls"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],
+        "tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice"},
+  };
+  for (const auto& [body, param] : cases) {
+    std::string got;
+    EXPECT_EQ(400, status_of([&] { parse_chat_request(J(body)); }, &got)) << body;
+    EXPECT_EQ(got, param) << body;
+  }
+  auto ok = parse_chat_request(J(R"({"messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})"));
+  EXPECT_EQ(ok.tool_choice, "f");
 }
 
 TEST(Errors, OpenAIShape) {

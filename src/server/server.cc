@@ -104,6 +104,8 @@ class Service {
       if (lm_.bos_id) bos = lm_.tokenizer->id_to_token(*lm_.bos_id);
       if (!lm_.bundle.eos_token_ids.empty()) eos = lm_.tokenizer->id_to_token(lm_.bundle.eos_token_ids[0]);
       tmpl_.emplace(*lm_.bundle.chat_template, bos, eos);
+      tool_format_ = tool_format_of(*lm_.bundle.chat_template);
+      mistral_args_ = lm_.bundle.chat_template->find("[ARGS]") != std::string::npos;
     }
     for (const char* s : {"[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
       if (auto id = lm_.tokenizer->token_to_id(s); id && lm_.tokenizer->is_special(*id))
@@ -211,8 +213,14 @@ class Service {
   void chat(const httplib::Request& req, httplib::Response& res) {
     const ojson b = parse_body(req);
     auto r = parse_chat_request(b);
-    auto job = make_job(lm_.tokenizer->encode(render(r), false), r.sampling, r.task, "messages");
     const bool tools = !r.tools.is_null();
+    ToolContext tctx{tool_format_, {}};
+    if (tools)
+      for (const auto& t : r.tools) tctx.names.push_back(t["function"]["name"].get<std::string>());
+    // tool_choice required / a name: the answer starts with the call's opening (forced_tool_prefix),
+    // and the generated text is parsed with it in front.
+    const std::string forced = forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_);
+    auto job = make_job(lm_.tokenizer->encode(render(r) + forced, false), r.sampling, r.task, "messages");
     const bool want_lp = r.sampling.logprobs;
     Generation g = start(req, std::move(job), r.model, "chatcmpl-");
     if (!r.stream) {
@@ -224,8 +232,9 @@ class Service {
       });
       ojson msg = {{"role", "assistant"}};
       std::string finish = done.finish;
+      out = forced + out;
       ToolParse tp{out, {}};
-      if (tools) tp = parse_tool_calls(out, true);
+      if (tools) tp = parse_tool_calls(out, true, tctx);
       msg["content"] =
           tp.calls.empty() ? ojson(out) : (tp.content.empty() ? ojson(nullptr) : ojson(tp.content));
       if (!tp.calls.empty()) {
@@ -246,14 +255,15 @@ class Service {
       size_t sent = 0;   // bytes of `full` sent as content
     };
     auto st = std::make_shared<Held>();
+    st->full = forced;
     ChunkSource src;
     src.opening = [] {
       return std::vector<ojson>{delta_choice({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}})};
     };
-    src.text = [this, st, tools, want_lp](const Channel::Event& e) {
+    src.text = [this, st, tools, want_lp, fmt = tool_format_](const Channel::Event& e) {
       st->full += e.text;
       size_t upto = st->full.size();
-      if (tools) upto = std::min(upto, tool_markup_start(st->full, true));
+      if (tools) upto = std::min(upto, tool_markup_start(st->full, true, fmt));
       ojson lp = nullptr;
       if (want_lp && !e.lps.empty()) {
         ojson arr = ojson::array();
@@ -269,11 +279,11 @@ class Service {
       }
       return out;
     };
-    src.closing = [st, tools](const Channel::Event& e) {
+    src.closing = [st, tools, tctx](const Channel::Event& e) {
       std::vector<ojson> out;
       std::string finish = e.finish;
       if (tools) {
-        auto tp = parse_tool_calls(std::string_view(st->full), true);
+        auto tp = parse_tool_calls(std::string_view(st->full), true, tctx);
         if (!tp.calls.empty()) {
           finish = "tool_calls";
           out.push_back(delta_choice({{"tool_calls", tool_calls_json(tp.calls, true)}}));
@@ -632,6 +642,8 @@ class Service {
   std::string model_id_;
   int64_t created_ = unix_now();
   std::optional<ChatTemplate> tmpl_;
+  ToolFormat tool_format_ = ToolFormat::Any;  ///< the template's tool-call syntax (tool_format_of)
+  bool mistral_args_ = false;                 ///< Mistral v11+ template: `[TOOL_CALLS]name[ARGS]{…}`
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
 };
