@@ -449,6 +449,48 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
     EXPECT_NE(log.str().find(line), std::string::npos) << line << " not in:\n" << log.str();
 }
 
+// logit_bias moves the greedy choice; the end-of-turn token ends the text without a logprobs entry
+// of its own; GET /v1/models/{id} answers for this server's id only.
+TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 1 --threads 1");
+  ASSERT_GT(port_, 0) << "server did not start";
+  auto r = http(port_, "GET", "/v1/models/llama-cortiq");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["id"], "llama-cortiq");
+  r = http(port_, "GET", "/v1/models/gpt-4o");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(r.j()["error"]["code"], "model_not_found");
+
+  r = http(port_, "POST", "/tokenize", R"({"content":" cat"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto cat = r.j()["tokens"].back().get<uint32_t>();
+  const std::string bias = "{\"" + std::to_string(cat) + "\":100}";
+  r = http(port_, "POST", "/v1/completions",
+           R"({"prompt":"Once upon a time","temperature":0,"max_tokens":3,"logit_bias":)" + bias + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string three =
+      "[" + std::to_string(cat) + "," + std::to_string(cat) + "," + std::to_string(cat) + "]";
+  const auto want = http(port_, "POST", "/detokenize", R"({"tokens":)" + three + "}").j()["content"];
+  EXPECT_EQ(r.j()["choices"][0]["text"], want) << r.body;
+  r = http(port_, "POST", "/v1/completions",
+           R"({"prompt":"Once upon a time","max_tokens":1,"logit_bias":{"99999":1}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.j()["error"]["param"], "logit_bias");
+
+  // </s> (id 2 in the stories tokenizer) forced: finish "stop", empty text, no logprobs entry
+  r = http(
+      port_, "POST", "/v1/completions",
+      R"({"prompt":"Once upon a time","temperature":0,"max_tokens":5,"logprobs":1,"logit_bias":{"2":100}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "stop") << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["text"], "") << r.body;
+  EXPECT_TRUE(r.j()["choices"][0]["logprobs"]["tokens"].empty()) << r.body;
+  stop_server();
+}
+
 // A second server on a busy port must fail to bind, not share the port with the first (cpp-httplib
 // sets SO_REUSEPORT by default, with which the kernel splits connections between the two); a port
 // above 65535 is refused before anything binds.

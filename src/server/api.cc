@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 
@@ -129,6 +131,20 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
     }
     for (const auto& x : s.stop)
       if (x.empty()) bad("stop", "'stop' sequences must not be empty");
+  }
+  if (auto it = b.find("logit_bias"); it != b.end() && !it->is_null()) {
+    if (!it->is_object()) wrong_type("logit_bias", "an object of token id → bias", *it);
+    for (const auto& [k, v] : it->items()) {
+      char* end = nullptr;
+      const unsigned long long id = std::strtoull(k.c_str(), &end, 10);
+      if (k.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(k[0])) || id > UINT32_MAX)
+        bad("logit_bias", "logit_bias key '" + k + "' is not a token id");
+      if (!v.is_number()) wrong_type("logit_bias", "a number for each token id", v);
+      const double bias = v.get<double>();
+      if (!(bias >= -100.0 && bias <= 100.0))
+        bad("logit_bias", fmt::format("logit_bias[{}] = {} is out of range [-100, 100]", k, v.dump()));
+      s.logit_bias.emplace_back(static_cast<uint32_t>(id), static_cast<float>(bias));
+    }
   }
   if (auto v = get_int(b, "n", 1, 1 << 20); v && *v != 1) bad("n", "only n = 1 is supported");
   if (auto it = b.find("response_format"); it != b.end() && !it->is_null()) {

@@ -55,6 +55,9 @@ struct SamplingOptions {
   std::vector<std::string> stop;     ///< up to 4 strings
   bool logprobs = false;
   int top_logprobs = 0;  ///< 0..20
+  /// OpenAI `logit_bias`: token id → bias in [-100, 100] added to its logit before sampling (ids are
+  /// checked against the vocabulary by the server).
+  std::vector<std::pair<uint32_t, float>> logit_bias;
 };
 
 /// A parsed POST /v1/chat/completions body.

@@ -119,6 +119,21 @@ TEST(ChatRequest, WrongTypesAndRangesAre400WithParam) {
   EXPECT_EQ(400, status_of([] { parse_chat_request(J("[1,2]")); }));
 }
 
+TEST(ChatRequest, LogitBias) {
+  auto r = parse_chat_request(
+      J(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"7":-100,"12":2.5}})"));
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<uint32_t, float>{7, -100.0f}));  // request order
+  EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<uint32_t, float>{12, 2.5f}));
+  for (const char* bad : {R"({"x":1})", R"({"-3":1})", R"({"7":101})", R"({"7":"a"})", R"([1])"}) {
+    const std::string body =
+        std::string(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":)") + bad + "}";
+    std::string param;
+    EXPECT_EQ(400, status_of([&] { parse_chat_request(J(body.c_str())); }, &param)) << bad;
+    EXPECT_EQ(param, "logit_bias") << bad;
+  }
+}
+
 // Range errors print the bounds as a user wrote them ("[0, 2]", not "[0.000000, 2.000000]").
 TEST(ChatRequest, RangeMessagesNameTheBounds) {
   const std::pair<const char*, const char*> cases[] = {

@@ -250,6 +250,7 @@ void Engine::loop() {
       std::span<float> logits(s->logits);
       if (job.frequency_penalty != 0.0f)
         for (const auto& [id, n] : s->counts) logits[id] -= job.frequency_penalty * static_cast<float>(n);
+      for (const auto& [id, bias] : job.logit_bias) logits[id] += bias;
       std::optional<TokenLogprob> lp;
       const uint32_t next = [&] {
         if (job.top_logprobs < 0) return s->sampler->sample(logits, s->seen);
@@ -262,9 +263,11 @@ void Engine::loop() {
       ++s->counts[next];
       s->seen.push_back(next);
       s->last = next;
-      if (lp) s->pending_lp.push_back(std::move(*lp));
       std::string reason;
       const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
+      // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
+      // logprobs tokens joined give the content).
+      if (lp && !is_eos) s->pending_lp.push_back(std::move(*lp));
       if (is_eos) {
         reason = "stop";
       } else if (s->dec) {

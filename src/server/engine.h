@@ -98,10 +98,11 @@ struct Job {
   std::vector<uint32_t> prompt;  ///< non-empty, < ctx tokens
   runtime::SamplerParams sampler;
   float frequency_penalty = 0.0f;
-  size_t max_tokens = 16;               ///< already capped by the context
-  std::vector<std::string> stop;        ///< stop strings (cut from the text)
-  int top_logprobs = -1;                ///< -1: no logprobs; 0..20 alternatives otherwise
-  const cmf::TaskMask* mask = nullptr;  ///< task mask for this sequence
+  std::vector<std::pair<uint32_t, float>> logit_bias;  ///< added to the logits before sampling (ids < vocab)
+  size_t max_tokens = 16;                              ///< already capped by the context
+  std::vector<std::string> stop;                       ///< stop strings (cut from the text)
+  int top_logprobs = -1;                               ///< -1: no logprobs; 0..20 alternatives otherwise
+  const cmf::TaskMask* mask = nullptr;                 ///< task mask for this sequence
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
 

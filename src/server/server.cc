@@ -80,6 +80,7 @@ void send_json(httplib::Response& res, int status, const ojson& j) {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, error_body(e));
+  if (e.status == 429) res.set_header("Retry-After", "1");  // a slot frees within a generation
 }
 
 ojson parse_body(const httplib::Request& req) {
@@ -116,9 +117,19 @@ class Service {
   const runtime::LoadedModel& lm() const { return lm_; }
   Engine& engine() { return *engine_; }
 
+  ojson model_object() const {
+    return {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "cortiq"}};
+  }
   void models(httplib::Response& res) {
-    ojson m = {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "cortiq"}};
-    send_json(res, 200, {{"object", "list"}, {"data", ojson::array({m})}});
+    send_json(res, 200, {{"object", "list"}, {"data", ojson::array({model_object()})}});
+  }
+  /// GET /v1/models/{id}: the model object, or 404 model_not_found for another id.
+  void model(const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+    if (id != model_id_)
+      throw ApiError(404, "the model '" + id + "' does not exist; this server serves '" + model_id_ + "'",
+                     "invalid_request_error", "model", "model_not_found");
+    send_json(res, 200, model_object());
   }
 
   void health(httplib::Response& res) {
@@ -560,14 +571,22 @@ class Service {
     const size_t ctx = lm_.ctx;
     if (prompt.size() >= ctx)
       throw ApiError(400,
-                     "the prompt is " + std::to_string(prompt.size()) + " tokens but the context is " +
-                         std::to_string(ctx) + " tokens",
+                     "the prompt is " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                         std::to_string(ctx) + " tokens, so a prompt may have at most " +
+                         std::to_string(ctx - 1) + " (one position is left to generate)",
                      "invalid_request_error", param, "context_length_exceeded");
     auto job = std::make_shared<Job>();
     job->mask = resolve_task(task);
     job->prompt = std::move(prompt);
     job->sampler = s.sampler;
     job->frequency_penalty = s.frequency_penalty;
+    for (const auto& [id, bias] : s.logit_bias)
+      if (id >= lm_.model->vocab_size())
+        throw ApiError(400,
+                       "logit_bias token id " + std::to_string(id) + " is out of the vocabulary (" +
+                           std::to_string(lm_.model->vocab_size()) + ")",
+                       "invalid_request_error", "logit_bias");
+    job->logit_bias = s.logit_bias;
     const size_t room = ctx - job->prompt.size();
     job->max_tokens = std::min(room, s.max_tokens.value_or(room));
     job->stop = s.stop;
@@ -732,6 +751,8 @@ int run_server(const ServerOptions& opt) {
       {"GET", "/health", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
       {"GET", "/healthz", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
       {"GET", "/v1/models", [&](const httplib::Request&, httplib::Response& res) { svc.models(res); }},
+      {"GET", R"(/v1/models/([^/]+))",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.model(q, res); }},
       {"GET", "/v1/cortiq/masks", [&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }},
       {"POST", "/tokenize", [&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }},
       {"POST", "/detokenize",
