@@ -82,6 +82,32 @@ TEST_F(CliArgs, ValidValuesStillRun) {
   EXPECT_EQ(out.find("--system is ignored"), std::string::npos) << out;
 }
 
+// A repeatable flag takes one value per use, so the model path after it stays the positional (CLI11
+// vector options otherwise swallow it: "model is required").
+TEST_F(CliArgs, RepeatableFlagBeforeTheModel) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  const std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run --stop XYZ " + model_ +
+                                 " -p 'Once upon a time' -n 2 --greedy --threads 1 2>&1",
+                             &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[2 tokens"), std::string::npos) << out;
+}
+
+// `tokenize --text ""` is the empty string (the stories tokenizer adds BOS = 1), not a missing flag.
+TEST_F(CliArgs, TokenizeEmptyText) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  std::string out =
+      sh(std::string(CORTIQ_CLI_PATH) + " tokenize " + model_ + " --text '' --ids-only 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "[1]\n");
+  out = sh(std::string(CORTIQ_CLI_PATH) + " tokenize " + model_ + " --text '' --ids-only --no-special 2>&1",
+           &rc);
+  EXPECT_EQ(out, "[]\n");
+  refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
+}
+
 // A flag that cannot apply is said to be ignored (stories260K has no chat template), not dropped.
 TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
   ASSERT_TRUE(ok_);

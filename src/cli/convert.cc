@@ -54,7 +54,8 @@ void setup(CLI::App& root) {
       "--quant", a->quant,
       "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; aliases as in the docs)");
   c->add_option("--quant-rule", a->rules,
-                "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')");
+                "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')")
+      ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
   c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
   c->add_option("--shard-max-gb", a->shard_max_gb,
                 "split the output into shards of at most N GB (10^9 bytes)");

@@ -41,7 +41,8 @@ void setup(CLI::App& root) {
   c->add_option("-o,--output", a->output, "output .cmf path")->required();
   c->add_option("--quant", a->quant, "target: f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t")
       ->required();
-  c->add_option("--quant-rule", a->rules, "GLOB=DTYPE, repeatable, first match wins");
+  c->add_option("--quant-rule", a->rules, "GLOB=DTYPE, repeatable, first match wins")
+      ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
   c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
   c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite, "keep NaN/Inf in tensors stored as f32/f16/bf16");

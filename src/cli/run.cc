@@ -121,7 +121,7 @@ void setup(CLI::App& root) {
   add_load_flags(c, a->load);
   c->add_option("--ctx", a->load.ctx,
                 "KV cache capacity in tokens (default min(max_position_embeddings, 4096))");
-  c->add_option("--stop", a->stop, "stop string (repeatable)");
+  c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
   c->callback([a] { run_cmd(*a); });
 }
 

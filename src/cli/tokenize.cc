@@ -73,8 +73,9 @@ void setup(CLI::App& root) {
   t->excludes(f);
   c->add_flag("--ids-only", a->ids_only, "print only the id list, e.g. [1, 2, 3]");
   c->add_flag("--no-special", a->no_special, "do not add BOS/EOS (add_special_tokens=false)");
-  c->callback([a] {
-    if (a->text.empty() && a->file.empty()) fail(ErrorKind::InvalidArgument, "give --text or -f/--file");
+  c->callback([a, t, f] {
+    // --text "" is a valid input (HF: [] or just the special prefix); only a missing flag is an error
+    if (t->count() == 0 && f->count() == 0) fail(ErrorKind::InvalidArgument, "give --text or -f/--file");
     run(*a);
   });
 }
