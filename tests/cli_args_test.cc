@@ -68,6 +68,14 @@ TEST_F(CliArgs, ConvertOfAFileSaysItIsNotAFolder) {
   EXPECT_FALSE(fs::exists(dir_ / "x.cmf"));
 }
 
+// The other way round: `run` / `serve` on a Hugging Face folder say to convert it first.
+TEST_F(CliArgs, RunOfACheckpointFolderSaysConvertFirst) {
+  ASSERT_TRUE(ok_);
+  const std::string hf = (fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K").string();
+  refused("run " + hf + " -p x", "is a folder; cortiq runs .cmf files (convert this checkpoint first");
+  refused("serve " + hf + " --port 0", "is a folder; cortiq runs .cmf files");
+}
+
 // The checks refuse only what is wrong: the same flags with valid values run.
 TEST_F(CliArgs, ValidValuesStillRun) {
   ASSERT_TRUE(ok_);

@@ -22,6 +22,11 @@ std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
   LoadedModel lm;
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    fail(ErrorKind::Io, "'{}' is a folder; cortiq runs .cmf files{}", path,
+         std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)
+             ? fmt::format(" (convert this checkpoint first: cortiq convert {} -o model.cmf)", path)
+             : std::string());
   cmf::OpenOptions oo;
   oo.map_mode = opt.no_mmap ? MapMode::Memory : MapMode::Mmap;
   lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path, oo));
