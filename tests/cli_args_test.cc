@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "shell.h"
@@ -27,6 +28,20 @@ class CliArgs : public ::testing::Test {
     ok_ = rc == 0;
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  /// The embedded model with a minimal chat template (it has none), converted once.
+  static std::string chat_model() {
+    const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K", d = dir_ / "chat-hf";
+    const std::string out = (dir_ / "chat.cmf").string();
+    if (fs::exists(out)) return out;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(hf)) fs::create_symlink(e.path(), d / e.path().filename());
+    std::ofstream(d / "chat_template.jinja")
+        << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt "
+           "%}assistant:{% endif %}";
+    sh(std::string(CORTIQ_CLI_PATH) + " convert " + d.string() + " -o " + out + " --quant f32 2>&1");
+    return out;
+  }
 
   /// Runs `cortiq ARGS`; expects a non-zero exit and `want` in its output (stdout + stderr).
   static void refused(const std::string& args, const std::string& want) {
@@ -114,6 +129,33 @@ TEST_F(CliArgs, TokenizeEmptyText) {
            &rc);
   EXPECT_EQ(out, "[]\n");
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
+}
+
+// Interactive chat keeps going when the conversation outgrows the context (the oldest exchanges are
+// dropped, with a note) and when one message alone is too long (an error line, then the next turn).
+TEST_F(CliArgs, InteractiveChatSurvivesAFullContext) {
+  ASSERT_TRUE(ok_);
+  const std::string m = chat_model();
+  ASSERT_TRUE(fs::exists(m));
+  std::string lines;
+  for (int i = 0; i < 3; ++i) lines += "Once upon a time there was a little girl\n";
+  std::string huge;
+  for (int i = 0; i < 40; ++i) huge += "and then the dog ran ";
+  lines += huge + "\nHi\n";
+  std::ofstream(dir_ / "turns.txt") << lines;
+  int rc = 0;
+  const std::string out =
+      sh(std::string(CORTIQ_CLI_PATH) + " run " + m + " -n 16 --greedy --ctx 64 --threads 1 < " +
+             (dir_ / "turns.txt").string() + " 2>&1",
+         &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("note: dropped the 2 oldest messages to fit the context (64 tokens)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("Error: InvalidArgument: the prompt is"), std::string::npos) << out;
+  size_t footers = 0;
+  for (size_t p = out.find(" tokens · "); p != std::string::npos; p = out.find(" tokens · ", p + 1))
+    ++footers;
+  EXPECT_EQ(footers, 4u) << out;  // turns 1-3 and the last one; the huge one had none
 }
 
 // A flag that cannot apply is said to be ignored (stories260K has no chat template), not dropped.

@@ -71,7 +71,21 @@ void run_cmd(const RunArgs& a) {
     std::vector<uint32_t> ids;
     if (chat) {
       messages.push_back({"user", user});
-      ids = lm.tokenizer->encode(runtime::render_chat(lm, messages, a.no_think), false);
+      // A conversation that outgrows the context drops its oldest exchanges (the system message and
+      // the new turn stay), as llama.cpp's chat does, instead of ending the session.
+      const size_t keep = !messages.empty() && messages.front().role == "system" ? 1 : 0;
+      size_t dropped = 0;
+      for (;;) {
+        ids = lm.tokenizer->encode(runtime::render_chat(lm, messages, a.no_think), false);
+        if (ids.size() < lm.ctx || messages.size() <= keep + 1) break;
+        const size_t n = std::min<size_t>(2, messages.size() - keep - 1);
+        messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(keep),
+                       messages.begin() + static_cast<std::ptrdiff_t>(keep + n));
+        dropped += n;
+      }
+      if (dropped)
+        std::fprintf(stderr, "note: dropped the %zu oldest messages to fit the context (%zu tokens)\n",
+                     dropped, lm.ctx);
     } else {
       ids = lm.encode_raw(user);
     }
@@ -93,7 +107,13 @@ void run_cmd(const RunArgs& a) {
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
     if (!chat) session.reset();
-    turn(line);
+    try {
+      turn(line);
+    } catch (const Error& e) {  // e.g. one message longer than the context: the session goes on
+      if (chat && !messages.empty() && messages.back().role == "user") messages.pop_back();
+      std::fprintf(stderr, "Error: %s\n", e.what());
+      continue;
+    }
     std::fputc('\n', stdout);
   }
 }
