@@ -488,6 +488,16 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
   EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "stop") << r.body;
   EXPECT_EQ(r.j()["choices"][0]["text"], "") << r.body;
   EXPECT_TRUE(r.j()["choices"][0]["logprobs"]["tokens"].empty()) << r.body;
+
+  // usage.prompt_tokens_details.cached_tokens: the same prompt again comes from the slot's cache
+  // (all but the last token, whose logits start the generation)
+  const std::string same = R"({"prompt":"Once upon a time there was","temperature":0,"max_tokens":2})";
+  r = http(port_, "POST", "/v1/completions", same);
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = http(port_, "POST", "/v1/completions", same);
+  const json u = r.j()["usage"];
+  EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"].get<size_t>() + 1, u["prompt_tokens"].get<size_t>())
+      << r.body;
   stop_server();
 }
 

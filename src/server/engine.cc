@@ -186,6 +186,7 @@ void Engine::loop() {
         x.cached_mask = x.job->mask;
         prompt_tokens_ += x.job->prompt.size();
         reused_tokens_ += x.reuse;
+        x.job->cached_tokens = x.reuse;
         x.sampler.emplace(x.job->sampler);
         if (lm_.tokenizer) x.dec.emplace(*lm_.tokenizer, true);
         x.seen = x.job->prompt;

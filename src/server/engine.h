@@ -113,6 +113,9 @@ struct Job {
   std::function<void(const std::string& finish, size_t completion_tokens, const std::string& error)> on_done;
 
   std::atomic<bool> cancel{false};  ///< set by any thread; honoured at the next step
+  /// Prompt tokens whose KV came from the slot's prompt cache; set by the engine when the job gets
+  /// a slot (before any on_text / on_done, so a reader after on_done sees it).
+  size_t cached_tokens = 0;
 };
 
 /// Engine settings.

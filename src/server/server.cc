@@ -426,7 +426,7 @@ class Service {
             {"created", g.created},
             {"model", g.model},
             {"choices", ojson::array({std::move(choice)})},
-            {"usage", usage(g.prompt_tokens, completion_tokens)},
+            {"usage", usage(g.prompt_tokens, completion_tokens, g.job->cached_tokens)},
             {"system_fingerprint", nullptr}};
   }
 
@@ -483,7 +483,7 @@ class Service {
             if (!write_choices(src.closing(*e))) return false;
             if (include_usage) {
               ojson u = envelope(ojson::array());
-              u["usage"] = usage(g.prompt_tokens, e->completion_tokens);
+              u["usage"] = usage(g.prompt_tokens, e->completion_tokens, g.job->cached_tokens);
               if (!write(sse_event(u))) return false;
             }
           }
@@ -527,8 +527,12 @@ class Service {
                     "rate_limit_error", std::nullopt, "queue_full");
   }
 
-  static ojson usage(size_t p, size_t c) {
-    return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+  /// OpenAI's usage object; `cached`: prompt tokens served from the prompt cache.
+  static ojson usage(size_t p, size_t c, size_t cached) {
+    return {{"prompt_tokens", p},
+            {"completion_tokens", c},
+            {"total_tokens", p + c},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
   std::string render(const ChatCompletionRequest& r) {
