@@ -474,6 +474,11 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
   const std::string three =
       "[" + std::to_string(cat) + "," + std::to_string(cat) + "," + std::to_string(cat) + "]";
   const auto want = http(port_, "POST", "/detokenize", R"({"tokens":)" + three + "}").j()["content"];
+  // /detokenize drops special tokens unless asked (BOS = 1 here)
+  EXPECT_EQ(http(port_, "POST", "/detokenize", R"({"tokens":[1]})").j()["content"], "");
+  EXPECT_EQ(
+      http(port_, "POST", "/detokenize", R"({"tokens":[1],"skip_special_tokens":false})").j()["content"],
+      "<s>");
   EXPECT_EQ(r.j()["choices"][0]["text"], want) << r.body;
   r = http(port_, "POST", "/v1/completions",
            R"({"prompt":"Once upon a time","max_tokens":1,"logit_bias":{"99999":1}})");

@@ -216,7 +216,14 @@ class Service {
                        "invalid_request_error", "tokens");
       ids.push_back(static_cast<uint32_t>(v));
     }
-    send_json(res, 200, {{"content", lm_.tokenizer->decode(ids, true)}});
+    bool skip = true;  // text round trips by default; false shows <|im_start|>, <s>, …
+    if (auto it = b.find("skip_special_tokens"); it != b.end() && !it->is_null()) {
+      if (!it->is_boolean())
+        throw ApiError(400, "'skip_special_tokens' must be a boolean", "invalid_request_error",
+                       "skip_special_tokens");
+      skip = it->get<bool>();
+    }
+    send_json(res, 200, {{"content", lm_.tokenizer->decode(ids, skip)}});
   }
 
   // ---- generation -------------------------------------------------------------------------
