@@ -158,6 +158,16 @@ TEST_F(CliArgs, InteractiveChatSurvivesAFullContext) {
   EXPECT_EQ(footers, 4u) << out;  // turns 1-3 and the last one; the huge one had none
 }
 
+// `info` says whether the file can chat and which ids start and end a sequence.
+TEST_F(CliArgs, InfoShowsTheChatBundle) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  std::string out = sh(std::string(CORTIQ_CLI_PATH) + " info " + model_ + " 2>&1", &rc);
+  EXPECT_NE(out.find("  Chat:        no template, BOS 1, EOS 2 1\n"), std::string::npos) << out;
+  out = sh(std::string(CORTIQ_CLI_PATH) + " info " + chat_model() + " 2>&1", &rc);
+  EXPECT_NE(out.find("  Chat:        template (116 chars), BOS 1, EOS 2 1\n"), std::string::npos) << out;
+}
+
 // A flag that cannot apply is said to be ignored (stories260K has no chat template), not dropped.
 TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
   ASSERT_TRUE(ok_);

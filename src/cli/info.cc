@@ -1,6 +1,7 @@
 // `cortiq info <file> [--tensors PREFIX] [--json]` — summary of a CMF file or shard set
 // (CLI-NOTES §2.1).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <memory>
@@ -91,25 +92,36 @@ void run_info(const InfoOpts& o) {
     if (t.shape.size() >= 2) params += static_cast<double>(t.numel());
   const size_t n_masks = r.masks() ? r.masks()->masks.size() : 0;
   const std::string tok = r.vocab().empty() ? "sidecar required" : "embedded";
+  // The chat bundle: template present (and its size), BOS and end-of-sequence ids.
+  const auto& tb = h.tokenizer_config;
+  const bool has_template = tb && tb->chat_template && !tb->chat_template->empty();
+  std::string chat =
+      has_template ? fmt::format("template ({} chars)", tb->chat_template->size()) : "no template";
+  if (tb && tb->bos_token_id) chat += fmt::format(", BOS {}", *tb->bos_token_id);
+  if (tb && !tb->eos_token_ids.empty()) chat += fmt::format(", EOS {}", fmt::join(tb->eos_token_ids, " "));
   const std::string mtp =
       a.mtp ? fmt::format("{} block(s){}", a.mtp->num_layers,
                           a.mtp->share_embed && a.mtp->share_lm_head ? ", shared embed+lm_head" : "")
             : std::string("—");
   if (o.json) {
-    nlohmann::json j = {{"path", o.file},
-                        {"format", "CMF v2"},
-                        {"files", r.num_files()},
-                        {"arch", cmf::arch_to_json(a)},
-                        {"quant_type", std::string(quant_type_name(h.quant_type))},
-                        {"tensors", r.tensors().size()},
-                        {"params", params},
-                        {"masks", n_masks},
-                        {"tokenizer", tok},
-                        {"sparse_index_entries", r.sparse_index().size()},
-                        {"skills", r.skills().size()},
-                        {"skill_file", r.is_skill_file()},
-                        {"required_features", r.envelope().features},
-                        {"provenance", h.provenance}};
+    nlohmann::json j = {
+        {"path", o.file},
+        {"format", "CMF v2"},
+        {"files", r.num_files()},
+        {"arch", cmf::arch_to_json(a)},
+        {"quant_type", std::string(quant_type_name(h.quant_type))},
+        {"tensors", r.tensors().size()},
+        {"params", params},
+        {"masks", n_masks},
+        {"tokenizer", tok},
+        {"chat_template", has_template},
+        {"bos_token_id", tb && tb->bos_token_id ? nlohmann::json(*tb->bos_token_id) : nullptr},
+        {"eos_token_ids", tb ? nlohmann::json(tb->eos_token_ids) : nlohmann::json::array()},
+        {"sparse_index_entries", r.sparse_index().size()},
+        {"skills", r.skills().size()},
+        {"skill_file", r.is_skill_file()},
+        {"required_features", r.envelope().features},
+        {"provenance", h.provenance}};
     if (head)
       j["head"] = {{"name", head->name},
                    {"dtype", std::string(quant::dtype_name(head->dtype))},
@@ -141,6 +153,7 @@ void run_info(const InfoOpts& o) {
     std::printf("  Params:      %.2fK\n", params / 1e3);
   std::printf("  Masks:       %zu\n", n_masks);
   std::printf("  Tokenizer:   %s\n", tok.c_str());
+  std::printf("  Chat:        %s\n", chat.c_str());
   std::printf("  MTP:         %s\n", mtp.c_str());
   std::printf("  Sparse idx:  %zu entries\n", r.sparse_index().size());
   if (!r.skills().empty())
