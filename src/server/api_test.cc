@@ -329,10 +329,11 @@ TEST(ChatRequest, ToolMessagesAndToolChoiceAreChecked) {
         "tool_choice":{"type":"function","function":{"name":"g"}}})",
        "tool_choice"},
   };
-  for (const auto& [body, param] : cases) {
+  for (const auto& c : cases) {
+    const char* body = c.first;  // (a structured binding cannot be captured before clang 16)
     std::string got;
     EXPECT_EQ(400, status_of([&] { parse_chat_request(J(body)); }, &got)) << body;
-    EXPECT_EQ(got, param) << body;
+    EXPECT_EQ(got, c.second) << body;
   }
   auto ok = parse_chat_request(J(R"({"messages":[{"role":"user","content":"x"}],
       "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})"));
