@@ -322,11 +322,11 @@ ConvertResult compact_file(const std::string& input, const std::string& output, 
   cmf::WriterOptions wo;
   wo.expected_tensors = jobs.size();
   // Tight: room for the envelope, this header (+1 KiB: the hashes are regenerated) and the
-  // directory (FORMAT-NOTES §1.6: 16 + 56 per record + the name pool), not the 1 MiB default
-  // that leaves room for a header to grow.
-  uint64_t dir_bytes = 16;
-  for (const auto& j : jobs) dir_bytes += 56 + j.name.size();
-  wo.reserve_bytes = cmf::kEnvelopeSize + r.header_bytes().size() + 1024 + dir_bytes;
+  // directory the writer will encode (its size depends on the names and shapes only), not the
+  // 1 MiB default that leaves room for a header to grow.
+  std::vector<cmf::DirRecord> dir;
+  for (const auto& t : r.tensors()) dir.push_back({t.name, t.dtype, t.shape});
+  wo.reserve_bytes = cmf::kEnvelopeSize + r.header_bytes().size() + 1024 + cmf::encode_directory(dir).size();
   cmf::Writer w(output, wo);
   if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
