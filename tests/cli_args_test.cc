@@ -43,12 +43,24 @@ class CliArgs : public ::testing::Test {
     return out;
   }
 
+  /// Runs `cortiq ARGS` (shell syntax allowed, e.g. a `<` redirection); returns its output (stdout
+  /// + stderr) and its exit status in `rc`.
+  static std::string cli(const std::string& args, int& rc) {
+    return sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " " + args + " 2>&1", &rc);
+  }
   /// Runs `cortiq ARGS`; expects a non-zero exit and `want` in its output (stdout + stderr).
   static void refused(const std::string& args, const std::string& want) {
     int rc = 0;
-    const std::string out = sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " " + args + " 2>&1", &rc);
+    const std::string out = cli(args, rc);
     EXPECT_NE(rc, 0) << args << "\n" << out;
     EXPECT_NE(out.find(want), std::string::npos) << args << "\n" << out;
+  }
+  /// Runs `cortiq ARGS`; expects exit status 0 and returns its output (stdout + stderr).
+  static std::string ran(const std::string& args) {
+    int rc = 0;
+    const std::string out = cli(args, rc);
+    EXPECT_EQ(rc, 0) << args << "\n" << out;
+    return out;
   }
 
   static inline fs::path dir_;
@@ -94,13 +106,10 @@ TEST_F(CliArgs, RunOfACheckpointFolderSaysConvertFirst) {
 // The checks refuse only what is wrong: the same flags with valid values run.
 TEST_F(CliArgs, ValidValuesStillRun) {
   ASSERT_TRUE(ok_);
-  int rc = 0;
   const std::string out =
-      sh(std::string(CORTIQ_CLI_PATH) + " run " + model_ +
-             " -p 'Once upon a time' -n 4 --top-p 1 --min-p 0 --temperature 0 --repeat-penalty 1 --ctx 512 "
-             "--threads 1 2>&1",
-         &rc);
-  EXPECT_EQ(rc, 0) << out;
+      ran("run " + model_ +
+          " -p 'Once upon a time' -n 4 --top-p 1 --min-p 0 --temperature 0 --repeat-penalty 1 --ctx 512 "
+          "--threads 1");
   EXPECT_NE(out.find("[4 tokens"), std::string::npos) << out;
   EXPECT_EQ(out.find("--system is ignored"), std::string::npos) << out;
 }
@@ -109,25 +118,16 @@ TEST_F(CliArgs, ValidValuesStillRun) {
 // vector options otherwise swallow it: "model is required").
 TEST_F(CliArgs, RepeatableFlagBeforeTheModel) {
   ASSERT_TRUE(ok_);
-  int rc = 0;
-  const std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run --stop XYZ " + model_ +
-                                 " -p 'Once upon a time' -n 2 --greedy --threads 1 2>&1",
-                             &rc);
-  EXPECT_EQ(rc, 0) << out;
+  const std::string out =
+      ran("run --stop XYZ " + model_ + " -p 'Once upon a time' -n 2 --greedy --threads 1");
   EXPECT_NE(out.find("[2 tokens"), std::string::npos) << out;
 }
 
 // `tokenize --text ""` is the empty string (the stories tokenizer adds BOS = 1), not a missing flag.
 TEST_F(CliArgs, TokenizeEmptyText) {
   ASSERT_TRUE(ok_);
-  int rc = 0;
-  std::string out =
-      sh(std::string(CORTIQ_CLI_PATH) + " tokenize " + model_ + " --text '' --ids-only 2>&1", &rc);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_EQ(out, "[1]\n");
-  out = sh(std::string(CORTIQ_CLI_PATH) + " tokenize " + model_ + " --text '' --ids-only --no-special 2>&1",
-           &rc);
-  EXPECT_EQ(out, "[]\n");
+  EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only"), "[1]\n");
+  EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only --no-special"), "[]\n");
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
 }
 
@@ -143,12 +143,8 @@ TEST_F(CliArgs, InteractiveChatSurvivesAFullContext) {
   for (int i = 0; i < 40; ++i) huge += "and then the dog ran ";
   lines += huge + "\nHi\n";
   std::ofstream(dir_ / "turns.txt") << lines;
-  int rc = 0;
   const std::string out =
-      sh(std::string(CORTIQ_CLI_PATH) + " run " + m + " -n 16 --greedy --ctx 64 --threads 1 < " +
-             (dir_ / "turns.txt").string() + " 2>&1",
-         &rc);
-  EXPECT_EQ(rc, 0) << out;
+      ran("run " + m + " -n 16 --greedy --ctx 64 --threads 1 < " + (dir_ / "turns.txt").string());
   EXPECT_NE(out.find("note: dropped the 2 oldest messages to fit the context (64 tokens)"), std::string::npos)
       << out;
   EXPECT_NE(out.find("Error: InvalidArgument: the prompt is"), std::string::npos) << out;
@@ -161,21 +157,17 @@ TEST_F(CliArgs, InteractiveChatSurvivesAFullContext) {
 // `info` says whether the file can chat and which ids start and end a sequence.
 TEST_F(CliArgs, InfoShowsTheChatBundle) {
   ASSERT_TRUE(ok_);
-  int rc = 0;
-  std::string out = sh(std::string(CORTIQ_CLI_PATH) + " info " + model_ + " 2>&1", &rc);
+  std::string out = ran("info " + model_);
   EXPECT_NE(out.find("  Chat:        no template, BOS 1, EOS 2 1\n"), std::string::npos) << out;
-  out = sh(std::string(CORTIQ_CLI_PATH) + " info " + chat_model() + " 2>&1", &rc);
+  out = ran("info " + chat_model());
   EXPECT_NE(out.find("  Chat:        template (116 chars), BOS 1, EOS 2 1\n"), std::string::npos) << out;
 }
 
 // A flag that cannot apply is said to be ignored (stories260K has no chat template), not dropped.
 TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
   ASSERT_TRUE(ok_);
-  int rc = 0;
-  const std::string out = sh(std::string(CORTIQ_CLI_PATH) + " run " + model_ +
-                                 " -p 'Once upon a time' -n 2 --greedy --system 'be brief' --threads 1 2>&1",
-                             &rc);
-  EXPECT_EQ(rc, 0) << out;
+  const std::string out =
+      ran("run " + model_ + " -p 'Once upon a time' -n 2 --greedy --system 'be brief' --threads 1");
   EXPECT_NE(out.find("note: --system is ignored: this model has no chat template"), std::string::npos) << out;
 }
 
