@@ -1252,36 +1252,44 @@ CQ_AVX512 inline void nibq_apply(const __m512i (&tr)[NS], __m512 sw, const QAct*
   }
 }
 
-/// One NIBQ chunk (NS = 4: quad of 16 groups, NS = 2: pair of 8) at superblock slot s0 of R rows ×
-/// T tokens, for the codecs whose code bytes are 16 per group back to back: q4tp (group scales from
-/// prep_tp) and q4_block (f16 scales in their own plane). Each row's chunk is loaded, transposed
-/// and applied to every token in turn.
+/// One row's NIBQ chunk (NS = 4: quad of 16 groups, NS = 2: pair of 8) at superblock slot s0, for
+/// the codecs whose code bytes are 16 per group back to back: q4tp (group scales from prep_tp) and
+/// q4_block (f16 scales in their own plane). Loads and transposes the code bytes (tr, see
+/// nibq_transpose) and returns the group scales in lane order (sw).
+template <DType D, int NS>
+CQ_AVX512 inline void nibq_load(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, uint64_t s0,
+                                uint64_t pfd, __m512i (&tr)[NS], __m512& sw) {
+  const uint64_t g0 = 4 * s0;
+  const uint8_t* wp = D == DType::Q4TP ? pl.tp.row_weights(r) + 16 * g0 : pl.p + 16 * (r * pl.gpr + g0);
+  __m512i sb[NS];
+  for (int j = 0; j < NS; ++j) {
+    prefetch(wp + 64 * j + pfd);
+    sb[j] = _mm512_loadu_si512(wp + 64 * j);
+  }
+  __m512 sc;
+  if constexpr (D == DType::Q4TP) {
+    sc = _mm512_loadu_ps(st.row_scales(i) + g0);
+  } else {
+    prefetch(pl.scales + 2 * (r * pl.gpr + g0) + pfd / 8);
+    const __m256i h = _mm256_maskz_loadu_epi16(NS == 4 ? 0xFFFF : 0x00FF, pl.scales + 2 * (r * pl.gpr + g0));
+    sc = _mm512_cvtph_ps(h);
+  }
+  nibq_transpose<NS>(sb, tr);
+  sw = _mm512_permutexvar_ps(_mm512_load_si512(NS == 4 ? kNibqQuadGroup : kNibqPairGroup), sc);
+}
+
+/// One NIBQ chunk at superblock slot s0 of R rows × T tokens: each row's chunk is loaded,
+/// transposed and applied to every token in turn.
 template <DType D, int NS, int R, int T>
 CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint64_t* rows,
                                 const uint64_t* li, const QAct* a, uint64_t s0, uint64_t pfd,
                                 __m512 (&f)[R][T]) {
-  const __m512i gmap = _mm512_load_si512(NS == 4 ? kNibqQuadGroup : kNibqPairGroup);
-  const uint64_t g0 = 4 * s0;
   CQ_UNROLL
   for (int k = 0; k < R; ++k) {
-    const uint8_t* wp =
-        D == DType::Q4TP ? pl.tp.row_weights(rows[k]) + 16 * g0 : pl.p + 16 * (rows[k] * pl.gpr + g0);
-    __m512i sb[NS], tr[NS];
-    for (int j = 0; j < NS; ++j) {
-      prefetch(wp + 64 * j + pfd);
-      sb[j] = _mm512_loadu_si512(wp + 64 * j);
-    }
-    __m512 sc;
-    if constexpr (D == DType::Q4TP) {
-      sc = _mm512_loadu_ps(st.row_scales(li[k]) + g0);
-    } else {
-      prefetch(pl.scales + 2 * (rows[k] * pl.gpr + g0) + pfd / 8);
-      const __m256i h =
-          _mm256_maskz_loadu_epi16(NS == 4 ? 0xFFFF : 0x00FF, pl.scales + 2 * (rows[k] * pl.gpr + g0));
-      sc = _mm512_cvtph_ps(h);
-    }
-    nibq_transpose<NS>(sb, tr);
-    nibq_apply<NS, T>(tr, _mm512_permutexvar_ps(gmap, sc), a, s0, f[k]);
+    __m512i tr[NS];
+    __m512 sw;
+    nibq_load<D, NS>(pl, st, rows[k], li[k], s0, pfd, tr, sw);
+    nibq_apply<NS, T>(tr, sw, a, s0, f[k]);
   }
 }
 
@@ -1626,12 +1634,141 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
   }
 }
 
+/// Most tokens block_nibq_few takes: a continuous-batching decode step of up to 8 sequences.
+constexpr size_t kFewTokens = 8;
+/// Rows block_nibq_few unpacks together.
+constexpr int kFewRows = 4;
+
+/// One chunk of kFewRows rows, unpacked (w[k][j]: weight register j of row k, u8 codes; sw[k]:
+/// the row's group scales in lane order), applied to tokens a[0 … n): activation registers at
+/// xq + 128·s0 + 64·j, biases and scales at 16·s0, as nibq_apply and nib_step use them. Tokens go
+/// two at a time, so each activation register loaded serves 2·kFewRows vpdpbusd. Per output the
+/// operations are those of nibq_apply / nib_step (an exact int32 sum per lane, then one convert and
+/// one FMA with d·sw), so the results are bit-identical to theirs.
+template <int NW>
+CQ_AVX512 inline void few_apply(const __m512i (&w)[kFewRows][8], const __m512 (&sw)[kFewRows], const QAct* a,
+                                size_t n, uint64_t s0, __m512 (&f)[kFewRows][kFewTokens]) {
+  constexpr int R = kFewRows;
+  size_t t = 0;
+  for (; t + 2 <= n; t += 2) {
+    const int8_t* x0 = a[t].xq + 128 * s0;
+    const int8_t* x1 = a[t + 1].xq + 128 * s0;
+    __m512i acc0[R], acc1[R];
+    const __m512i b0 = _mm512_loadu_si512(a[t].bias + 16 * s0),
+                  b1 = _mm512_loadu_si512(a[t + 1].bias + 16 * s0);
+    for (int k = 0; k < R; ++k) {
+      acc0[k] = b0;
+      acc1[k] = b1;
+    }
+    CQ_UNROLL
+    for (int j = 0; j < NW; ++j) {
+      const __m512i v0 = _mm512_loadu_si512(x0 + 64 * j), v1 = _mm512_loadu_si512(x1 + 64 * j);
+      for (int k = 0; k < R; ++k) {
+        acc0[k] = _mm512_dpbusd_epi32(acc0[k], w[k][j], v0);
+        acc1[k] = _mm512_dpbusd_epi32(acc1[k], w[k][j], v1);
+      }
+    }
+    const __m512 d0 = _mm512_loadu_ps(a[t].d + 16 * s0), d1 = _mm512_loadu_ps(a[t + 1].d + 16 * s0);
+    for (int k = 0; k < R; ++k) {
+      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[k]), _mm512_mul_ps(d0, sw[k]), f[k][t]);
+      f[k][t + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[k]), _mm512_mul_ps(d1, sw[k]), f[k][t + 1]);
+    }
+  }
+  if (t < n) {
+    const int8_t* x0 = a[t].xq + 128 * s0;
+    __m512i acc[R];
+    const __m512i b0 = _mm512_loadu_si512(a[t].bias + 16 * s0);
+    for (int k = 0; k < R; ++k) acc[k] = b0;
+    CQ_UNROLL
+    for (int j = 0; j < NW; ++j) {
+      const __m512i v0 = _mm512_loadu_si512(x0 + 64 * j);
+      for (int k = 0; k < R; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], w[k][j], v0);
+    }
+    const __m512 d0 = _mm512_loadu_ps(a[t].d + 16 * s0);
+    for (int k = 0; k < R; ++k)
+      f[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k]), _mm512_mul_ps(d0, sw[k]), f[k][t]);
+  }
+}
+
+/// The NIBQ chunk (NS = 4: quad, 2: pair) at superblock slot s0 of kFewRows rows, unpacked for
+/// few_apply: w[k][j] the u8 weight registers of row k (low / high nibbles of each transposed code
+/// register, as nibq_apply splits them), sw[k] its group scales in lane order.
+template <DType D, int NS>
+CQ_AVX512 inline void few_unpack_nibq(const Plan& pl, const BlockState& st, const uint64_t* rows,
+                                      const uint64_t* li, uint64_t s0, uint64_t pfd,
+                                      __m512i (&w)[kFewRows][8], __m512 (&sw)[kFewRows]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int k = 0; k < kFewRows; ++k) {
+    __m512i tr[NS];
+    nibq_load<D, NS>(pl, st, rows[k], li[k], s0, pfd, tr, sw[k]);
+    for (int j = 0; j < NS; ++j) {
+      w[k][2 * j] = _mm512_and_si512(tr[j], m4);
+      w[k][2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(tr[j], 4), m4);
+    }
+  }
+}
+
+/// Fam::NIBQ rows [r0, r0+rc) (block-local 0..rc) × n tokens, 2 ≤ n ≤ kFewTokens (a decode step
+/// of several sequences): Y[i·y_stride + j0 + k]. The R × T tiles unpack each row chunk once per
+/// token tile and load each activation register once per row; here every chunk of kFewRows rows is
+/// unpacked once for all n tokens and each activation register serves 2·kFewRows vpdpbusd (see
+/// few_apply). The row tail is padded by repeating the last row and dropping its outputs.
+template <DType D>
+CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  constexpr int R = kFewRows;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const uint64_t pfd = prefetch_distance(pl, R);
+  const NibqSplit sp = nibq_split(pl.gpr);
+  const uint64_t nsb = (pl.gpr + 3) / 4, nfull = pl.gpr / 4;
+  QAct a[kFewTokens];
+  for (size_t t = 0; t < n; ++t) a[t] = acts.at(t);
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    uint64_t rows[R], li[R];
+    for (int k = 0; k < R; ++k) {
+      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
+      rows[k] = r0 + li[k];
+    }
+    __m512 f[R][kFewTokens];
+    for (int k = 0; k < R; ++k)
+      for (size_t t = 0; t < n; ++t) f[k][t] = _mm512_setzero_ps();
+    __m512i w[R][8];
+    __m512 sw[R];
+    for (uint64_t q = 0; q < sp.nq; ++q) {
+      few_unpack_nibq<D, 4>(pl, st, rows, li, 4 * q, pfd, w, sw);
+      few_apply<8>(w, sw, a, n, 4 * q, f);
+    }
+    if (sp.np) {
+      few_unpack_nibq<D, 2>(pl, st, rows, li, 4 * sp.nq, pfd, w, sw);
+      few_apply<4>(w, sw, a, n, 4 * sp.nq, f);
+    }
+    for (uint64_t s = sp.first_nib_slot(); s < nsb; ++s) {
+      for (int k = 0; k < R; ++k) {
+        __m512i v;
+        if (s < nfull)
+          nib_load<D, true>(pl, st, rows[k], li[k], s, pfd, v, sw[k]);
+        else
+          nib_load<D, false>(pl, st, rows[k], li[k], s, pfd, v, sw[k]);
+        w[k][0] = _mm512_and_si512(v, m4);
+        w[k][1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+      few_apply<2>(w, sw, a, n, s, f);
+    }
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (uint64_t k = 0; k < kn; ++k)
+      for (size_t t = 0; t < n; ++t) y[t * y_stride + j0 + k0 + k] = _mm512_reduce_add_ps(f[k][t]);
+  }
+}
+
 /// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 1 row (matvec) /
 /// 4 rows × 2 tokens (matmul: since the chunked int32 sums, 4 × 4 spills; on Zen 5 matmul_n64 3.0 →
 /// 1.9 ms against 2.3 ms for 4 × 4 and 2.5 ms for 2 × 4); the nibble and 2-bit codecs 4 rows × 3 tokens / 4
 /// rows (with the codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the
 /// nibble codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads): 8 rows
 /// (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
+/// A decode step of 2–8 sequences takes block_nibq_few instead (each 4-row chunk unpacked once for
+/// every token): Zen 5, 1 thread, interleaved A/B, matmul_n4 4864×896 166–175 → 148–160 µs, and the
+/// 0.5B q4tp `cortiq bench --parallel 4` aggregate 224–227 → 255–263 tok/s (2 threads), 137 → 157 (1).
 ///
 /// q8 matvec reads one row at a time: it is memory-bound, and a DRAM stream read in address order
 /// runs faster than R rows read side by side a superblock at a time (R streams one row apart).
@@ -1656,6 +1793,10 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
   } else if (pl.fam == Fam::NIBQ) {  // each row's chunk is applied to the tokens in turn (nibq_step)
     if (n == 1)
       block_int8_rt<8, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else if (n <= kFewTokens && pl.t == DType::Q4TP)
+      block_nibq_few<DType::Q4TP>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else if (n <= kFewTokens)
+      block_nibq_few<DType::Q4Block>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else if (n % 2 == 0)
       block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else
