@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "runtime/session.h"
+#include "server/api.h"
 #include "server/engine.h"
 #include "server/server.h"
 #include "shell.h"
@@ -503,6 +504,65 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
   const json u = r.j()["usage"];
   EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"].get<size_t>() + 1, u["prompt_tokens"].get<size_t>())
       << r.body;
+  stop_server();
+}
+
+// The JSON objects of an SSE body's `data:` events, [DONE] excluded.
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> out;
+  size_t p = 0;
+  while ((p = body.find("data: ", p)) != std::string::npos) {
+    const size_t e = body.find("\n\n", p);
+    const std::string d = body.substr(p + 6, e - p - 6);
+    if (d != "[DONE]") out.push_back(json::parse(d, nullptr, false));
+    p = e;
+  }
+  return out;
+}
+
+// A reasoning template (--chat-template-file) whose generation prompt opens a <think> block, as
+// DeepSeek-R1's does: the answer is reasoning until </think> (stories260K never writes one). With
+// --reasoning-format none the greedy text comes back in content; by default it comes back as
+// reasoning_content, newlines stripped at both ends, with content "", and the stream's reasoning
+// deltas add up to the same.
+TEST_F(ServeE2E, ReasoningTemplateSplitsThinkBlock) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  const fs::path tpl = dir_ / "think.jinja";
+  std::ofstream(tpl) << "{% for m in messages %}{{ m.role }}: {% if m.reasoning_content %}<think>"
+                        "{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}assistant: <think>\n{% endif %}";
+  const std::string req = R"({"messages":[{"role":"user","content":"Hi"}],"temperature":0,"max_tokens":12)";
+  // --reasoning-format none: the generated text as it is, in content
+  start_server("--parallel 1 --threads 1 --reasoning-format none --chat-template-file " + tpl.string());
+  ASSERT_GT(port_, 0) << "server did not start";
+  auto r = http(port_, "POST", "/v1/chat/completions", req + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string text = r.j()["choices"][0]["message"]["content"];
+  EXPECT_FALSE(r.j()["choices"][0]["message"].contains("reasoning_content")) << r.body;
+  stop_server();
+  ASSERT_EQ(text.find("</think>"), std::string::npos);
+  const std::string want = cortiq::server::split_reasoning(text, true).reasoning;
+  ASSERT_FALSE(want.empty());
+
+  start_server("--parallel 1 --threads 1 --chat-template-file " + tpl.string());
+  ASSERT_GT(port_, 0) << "server did not start";
+  r = http(port_, "POST", "/v1/chat/completions", req + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json msg = r.j()["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning_content"], want) << r.body;
+  EXPECT_EQ(msg["content"], "") << r.body;
+  r = http(port_, "POST", "/v1/chat/completions", req + R"(,"stream":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string reasoning, content;
+  for (const json& e : sse_events(r.body)) {
+    const json& d = e["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, want) << r.body;
+  EXPECT_EQ(content, "") << r.body;
   stop_server();
 }
 

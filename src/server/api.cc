@@ -267,6 +267,8 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
     else if (rs == "tool")
       bad(where + ".tool_call_id", "a 'tool' message needs 'tool_call_id' (the id of the call it answers)");
     if (auto v = get_string(m, "name")) out["name"] = *v;
+    // an earlier answer's reasoning, as this server returns it (Qwen3's template renders it back)
+    if (auto v = get_string(m, "reasoning_content"); v && rs == "assistant") out["reasoning_content"] = *v;
     r.messages.push_back(out);
   }
   if (auto t = b.find("tools"); t != b.end() && !t->is_null()) {
@@ -573,6 +575,99 @@ size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat
     if (i < text.size() && text[i] == '{') best = std::min(best, i);
   }
   return best;
+}
+
+namespace {
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+
+/// Length of the longest proper prefix of `tag` that `s` ends with.
+size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
+  for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k)
+    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
+  return 0;
+}
+std::string_view strip_newlines(std::string_view s, bool front, bool back) {
+  while (front && !s.empty() && s.front() == '\n') s.remove_prefix(1);
+  while (back && !s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+
+/// The split of `text` so far. done = false gives the certain part only (see ReasoningStream);
+/// `decided` false: it is not yet known whether the text opens a block (nothing is certain).
+struct PartialSplit {
+  std::string_view reasoning, content;
+  bool found = false, decided = true;
+};
+PartialSplit split_partial(std::string_view text, bool starts_inside, bool done) {
+  PartialSplit r;
+  size_t pos = 0;
+  if (!starts_inside) {
+    size_t i = 0;
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    const std::string_view rest = text.substr(i);
+    if (rest.substr(0, kThinkOpen.size()) != kThinkOpen) {
+      // undecided while the text is whitespace or a proper prefix of <think>
+      if (!done && (rest.empty() || kThinkOpen.substr(0, rest.size()) == rest)) {
+        r.decided = false;
+        return r;
+      }
+      r.content = text;
+      return r;
+    }
+    pos = i + kThinkOpen.size();
+  }
+  r.found = true;
+  const size_t close = text.find(kThinkClose, pos);
+  if (close == std::string_view::npos) {
+    std::string_view body = text.substr(pos);
+    if (!done) body.remove_suffix(partial_tag_suffix(body, kThinkClose));
+    r.reasoning = strip_newlines(body, true, true);  // not done: trailing newlines held back
+    return r;
+  }
+  r.reasoning = strip_newlines(text.substr(pos, close - pos), true, true);
+  r.content = strip_newlines(text.substr(close + kThinkClose.size()), true, false);
+  return r;
+}
+}  // namespace
+
+bool template_has_reasoning(std::string_view chat_template) {
+  return chat_template.find(kThinkClose) != std::string_view::npos;
+}
+
+bool prompt_opens_reasoning(std::string_view prompt) {
+  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
+  return prompt.size() >= kThinkOpen.size() && prompt.substr(prompt.size() - kThinkOpen.size()) == kThinkOpen;
+}
+
+ReasoningSplit split_reasoning(std::string_view text, bool starts_inside) {
+  const PartialSplit p = split_partial(text, starts_inside, true);
+  return {std::string(p.reasoning), std::string(p.content), p.found};
+}
+
+bool ReasoningStream::found() const {
+  return found_;
+}
+
+ReasoningStream::Delta ReasoningStream::advance(std::string_view text, bool done) {
+  Delta d;
+  if (!enabled_) {
+    d.content = std::string(text);
+    return d;
+  }
+  full_.append(text);
+  const PartialSplit p = split_partial(full_, inside_, done);
+  if (!p.decided) return d;
+  found_ = p.found;
+  // the certain parts only grow (each is a prefix of the final split); guard anyway
+  if (p.reasoning.size() > sent_reasoning_) {
+    d.reasoning = std::string(p.reasoning.substr(sent_reasoning_));
+    sent_reasoning_ = p.reasoning.size();
+  }
+  if (p.content.size() > sent_content_) {
+    d.content = std::string(p.content.substr(sent_content_));
+    sent_content_ = p.content.size();
+  }
+  return d;
 }
 
 std::string sse_event(const ojson& j) {

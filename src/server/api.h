@@ -150,6 +150,53 @@ std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, T
 /// of `text` counts.
 size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat format = ToolFormat::Any);
 
+/// A reasoning model's answer split at its think tags (Qwen3, QwQ, DeepSeek-R1:
+/// `<think>\n…\n</think>\n\nanswer`), as OpenAI-compatible servers return it: the reasoning in
+/// `message.reasoning_content` (stream: `delta.reasoning_content`), the answer in `content`.
+struct ReasoningSplit {
+  std::string reasoning;  ///< between the tags, newlines stripped at both ends (Qwen3's template's rule)
+  std::string content;    ///< after `</think>`, leading newlines stripped; the whole text when no reasoning
+  bool found = false;     ///< the text opened a reasoning block (or started inside one)
+};
+
+/// Whether a chat template writes reasoning blocks: it mentions `</think>`.
+bool template_has_reasoning(std::string_view chat_template);
+
+/// Whether a rendered prompt leaves the model inside a reasoning block: it ends (before trailing
+/// whitespace) with `<think>`, as DeepSeek-R1's and QwQ's generation prompts do.
+bool prompt_opens_reasoning(std::string_view prompt);
+
+/// Splits generated `text`. `starts_inside`: the prompt opened the block (prompt_opens_reasoning).
+/// Otherwise a block is recognized only at the start of the text (after whitespace), where the
+/// model writes it; a `<think>` elsewhere is content. An unclosed block (max_tokens reached while
+/// reasoning) is all reasoning, with empty content.
+ReasoningSplit split_reasoning(std::string_view text, bool starts_inside);
+
+/// split_reasoning for a stream: text arrives in pieces, and each feed returns only what is certain
+/// (never retracted): a partial `<think>` / `</think>` at the end and trailing newlines are held
+/// back. The concatenated deltas of feed and finish equal split_reasoning of the whole text.
+class ReasoningStream {
+ public:
+  /// `enabled` false: every byte is content at once (a model without reasoning blocks).
+  ReasoningStream(bool enabled, bool starts_inside) : enabled_(enabled), inside_(starts_inside) {}
+  struct Delta {
+    std::string reasoning, content;
+  };
+  /// Appends generated text; returns the new certain reasoning and content.
+  Delta feed(std::string_view text) { return advance(text, false); }
+  /// The end of the generation: everything not yet returned.
+  Delta finish() { return advance({}, true); }
+  /// Whether a reasoning block has been seen (or the prompt opened one).
+  bool found() const;
+
+ private:
+  Delta advance(std::string_view text, bool done);
+  bool enabled_, inside_;
+  std::string full_;
+  size_t sent_reasoning_ = 0, sent_content_ = 0;
+  bool found_ = false;
+};
+
 /// Random id with `prefix` and `n` alphanumerics (thread-safe).
 std::string random_id(std::string_view prefix, size_t n = 24);
 

@@ -85,6 +85,96 @@ TEST(ChatRequest, NullOrMissingContentWithToolCalls) {  // SRV-3
   }
 }
 
+// Qwen3 reads an earlier answer's reasoning_content back into its <think> block (the turn after the
+// last user message, here a tool-call round trip).
+TEST(ChatRequest, AssistantReasoningContentReachesTheTemplate) {
+  auto r = parse_chat_request(J(R"({"messages":[{"role":"user","content":"Get the secret number"},
+    {"role":"assistant","reasoning_content":"I should call the tool.","content":null,
+     "tool_calls":[{"id":"c1","type":"function","function":{"name":"get_secret_number","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"42.69"}]})"));
+  EXPECT_EQ(r.messages[1]["reasoning_content"], "I should call the tool.");
+  const std::string cfg_path =
+      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-qwen3/tokenizer_config.json";
+  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
+  std::ifstream f(cfg_path);
+  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  EXPECT_TRUE(template_has_reasoning(tpl.source()));
+  ChatRequest cr;
+  cr.messages = r.messages;
+  EXPECT_EQ(tpl.apply(cr),
+            "<|im_start|>user\nGet the secret number<|im_end|>\n<|im_start|>assistant\n<think>\nI should call "
+            "the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_secret_number\", \"arguments\": "
+            "{}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42.69\n"
+            "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  cr.enable_thinking = false;  // the generation prompt closes an empty block: the model answers directly
+  EXPECT_FALSE(prompt_opens_reasoning(tpl.apply(cr)));
+}
+
+TEST(Reasoning, SplitAtThinkTags) {
+  struct Case {
+    const char* text;
+    bool inside;
+    const char* reasoning;
+    const char* content;
+    bool found;
+  } cases[] = {
+      {"<think>\nplan it\n</think>\n\nThe answer.", false, "plan it", "The answer.", true},
+      {"\n <think>a</think>b", false, "a", "b", true},
+      {"plan it\n</think>\n\nThe answer.", true, "plan it", "The answer.", true},  // DeepSeek-R1 prompt
+      {"<think>\nstill thinking when max_tokens hit", false, "still thinking when max_tokens hit", "", true},
+      {"no tags at all", false, "", "no tags at all", false},
+      {"  answer first <think>x</think>", false, "", "  answer first <think>x</think>", false},
+      {"<think></think>", false, "", "", true},
+      {"<think>a</think>b</think>c", false, "a", "b</think>c", true},  // the first close ends it
+      {"<thin", false, "", "<thin", false},
+      {"", true, "", "", true},
+  };
+  for (const auto& c : cases) {
+    const ReasoningSplit r = split_reasoning(c.text, c.inside);
+    EXPECT_EQ(r.reasoning, c.reasoning) << c.text;
+    EXPECT_EQ(r.content, c.content) << c.text;
+    EXPECT_EQ(r.found, c.found) << c.text;
+  }
+  EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_FALSE(template_has_reasoning("{{ messages[0].content }}"));
+}
+
+// Every way of cutting the text into stream pieces gives deltas that add up to the one-shot split,
+// and nothing is sent before it is certain (a partial tag or trailing newlines are held back).
+TEST(Reasoning, StreamDeltasAddUpToTheSplitForEveryCut) {
+  const char* texts[] = {"<think>\nplan\n\nmore</think>\n\nThe answer.\n", "\n<think>a</thinkish></think>b",
+                         "<thinker>not a block", "<think>\nunclosed\n", "plain answer", " \n"};
+  for (const char* t : texts)
+    for (bool inside : {false, true}) {
+      const std::string text = t;
+      const ReasoningSplit want = split_reasoning(text, inside);
+      for (size_t a = 0; a <= text.size(); ++a)
+        for (size_t b = a; b <= text.size(); ++b) {
+          ReasoningStream rs(true, inside);
+          std::string r, c;
+          for (const auto& piece : {text.substr(0, a), text.substr(a, b - a), text.substr(b)}) {
+            const auto d = rs.feed(piece);
+            r += d.reasoning;
+            c += d.content;
+            EXPECT_EQ(want.reasoning.substr(0, r.size()), r) << text << " cut " << a << "," << b;
+            EXPECT_EQ(want.content.substr(0, c.size()), c) << text << " cut " << a << "," << b;
+          }
+          const auto d = rs.finish();
+          EXPECT_EQ(r + d.reasoning, want.reasoning) << text << " cut " << a << "," << b;
+          EXPECT_EQ(c + d.content, want.content) << text << " cut " << a << "," << b;
+          EXPECT_EQ(rs.found(), want.found) << text;
+        }
+    }
+  ReasoningStream rs(true, false);
+  EXPECT_EQ(rs.feed("<think>\nab</th").reasoning, "ab");  // the partial close tag waits
+  EXPECT_EQ(rs.feed("ink>\n\nX").content, "X");
+  ReasoningStream off(false, false);  // a model without reasoning blocks: all content, at once
+  EXPECT_EQ(off.feed("<think>").content, "<think>");
+  EXPECT_FALSE(off.found());
+}
+
 TEST(ChatRequest, WrongTypesAndRangesAre400WithParam) {
   struct Case {
     const char* body;

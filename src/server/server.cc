@@ -21,6 +21,7 @@
 #include "server/connection.h"
 #include "server/engine.h"
 #include "tokenizer/chat_template.h"
+#include "util/atomic_file.h"
 
 namespace cortiq::server {
 
@@ -100,6 +101,7 @@ class Service {
            "'{}' has no tokenizer (vocab section or sidecar tokenizer.json): cannot serve text",
            opt.model_path);
     model_id_ = opt.alias.empty() ? lm_.model->arch().arch_name + "-cortiq" : opt.alias;
+    if (!opt.chat_template_file.empty()) lm_.bundle.chat_template = read_file(opt.chat_template_file);
     if (lm_.bundle.chat_template && !lm_.bundle.chat_template->empty()) {
       std::optional<std::string> bos, eos;
       if (lm_.bos_id) bos = lm_.tokenizer->id_to_token(*lm_.bos_id);
@@ -107,6 +109,7 @@ class Service {
       tmpl_.emplace(*lm_.bundle.chat_template, bos, eos);
       tool_format_ = tool_format_of(*lm_.bundle.chat_template);
       mistral_args_ = lm_.bundle.chat_template->find("[ARGS]") != std::string::npos;
+      reasoning_ = opt_.split_reasoning && template_has_reasoning(*lm_.bundle.chat_template);
     }
     for (const char* s : {"[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
       if (auto id = lm_.tokenizer->token_to_id(s); id && lm_.tokenizer->is_special(*id))
@@ -238,7 +241,10 @@ class Service {
     // tool_choice required / a name: the answer starts with the call's opening (forced_tool_prefix),
     // and the generated text is parsed with it in front.
     const std::string forced = forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_);
-    auto job = make_job(lm_.tokenizer->encode(render(r) + forced, false), r.sampling, r.task, "messages");
+    const std::string prompt = render(r) + forced;
+    // a generation prompt ending in <think> (DeepSeek-R1, QwQ) starts the answer inside the block
+    const bool think_inside = reasoning_ && forced.empty() && prompt_opens_reasoning(prompt);
+    auto job = make_job(lm_.tokenizer->encode(prompt, false), r.sampling, r.task, "messages");
     const bool want_lp = r.sampling.logprobs;
     Generation g = start(req, std::move(job), r.model, "chatcmpl-");
     if (!r.stream) {
@@ -251,10 +257,17 @@ class Service {
       ojson msg = {{"role", "assistant"}};
       std::string finish = done.finish;
       out = forced + out;
+      std::optional<std::string> reasoning;
+      if (reasoning_)
+        if (ReasoningSplit sp = split_reasoning(out, think_inside); sp.found) {
+          reasoning = std::move(sp.reasoning);
+          out = std::move(sp.content);
+        }
       ToolParse tp{out, {}};
       if (tools) tp = parse_tool_calls(out, true, tctx);
       msg["content"] =
           tp.calls.empty() ? ojson(out) : (tp.content.empty() ? ojson(nullptr) : ojson(tp.content));
+      if (reasoning) msg["reasoning_content"] = *reasoning;
       if (!tp.calls.empty()) {
         msg["tool_calls"] = tool_calls_json(tp.calls, false);
         finish = "tool_calls";
@@ -266,20 +279,23 @@ class Service {
       send_json(res, 200, completion_body(g, "chat.completion", std::move(choice), done.completion_tokens));
       return;
     }
-    // Streaming: content is held back from where tool-call markup may begin (sent as tool_calls at
-    // the end when it parses, as content otherwise).
+    // Streaming: a reasoning model's <think> block goes out as reasoning_content deltas
+    // (ReasoningStream holds back partial tags); content is held back from where tool-call markup
+    // may begin (sent as tool_calls at the end when it parses, as content otherwise).
     struct Held {
-      std::string full;  // everything generated
+      ReasoningStream rs;
+      std::string full;  // the content so far (after any reasoning block)
       size_t sent = 0;   // bytes of `full` sent as content
     };
-    auto st = std::make_shared<Held>();
-    st->full = forced;
+    auto st = std::make_shared<Held>(Held{ReasoningStream(reasoning_, think_inside), {}, 0});
+    st->full = st->rs.feed(forced).content;  // tool-call markup: never reasoning
     ChunkSource src;
     src.opening = [] {
       return std::vector<ojson>{delta_choice({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}})};
     };
     src.text = [this, st, tools, want_lp, fmt = tool_format_](const Channel::Event& e) {
-      st->full += e.text;
+      const ReasoningStream::Delta d = st->rs.feed(e.text);
+      st->full += d.content;
       size_t upto = st->full.size();
       if (tools) upto = std::min(upto, tool_markup_start(st->full, true, fmt));
       ojson lp = nullptr;
@@ -289,25 +305,28 @@ class Service {
         lp = chat_logprobs(std::move(arr));
       }
       std::vector<ojson> out;
-      if (upto > st->sent || !lp.is_null()) {
+      if (!d.reasoning.empty()) out.push_back(delta_choice({{"reasoning_content", d.reasoning}}, std::move(lp)));
+      if (upto > st->sent || (out.empty() && !lp.is_null())) {
         const std::string piece =
             upto > st->sent ? st->full.substr(st->sent, upto - st->sent) : std::string();
         st->sent = std::max(st->sent, upto);
-        out.push_back(delta_choice({{"content", piece}}, std::move(lp)));
+        out.push_back(delta_choice({{"content", piece}}, out.empty() ? std::move(lp) : ojson(nullptr)));
       }
       return out;
     };
     src.closing = [st, tools, tctx](const Channel::Event& e) {
       std::vector<ojson> out;
       std::string finish = e.finish;
-      if (tools) {
-        auto tp = parse_tool_calls(std::string_view(st->full), true, tctx);
-        if (!tp.calls.empty()) {
-          finish = "tool_calls";
-          out.push_back(delta_choice({{"tool_calls", tool_calls_json(tp.calls, true)}}));
-        } else if (st->full.size() > st->sent) {
-          out.push_back(delta_choice({{"content", st->full.substr(st->sent)}}));
-        }
+      const ReasoningStream::Delta d = st->rs.finish();
+      if (!d.reasoning.empty()) out.push_back(delta_choice({{"reasoning_content", d.reasoning}}));
+      st->full += d.content;
+      ToolParse tp;
+      if (tools) tp = parse_tool_calls(std::string_view(st->full), true, tctx);
+      if (!tp.calls.empty()) {
+        finish = "tool_calls";
+        out.push_back(delta_choice({{"tool_calls", tool_calls_json(tp.calls, true)}}));
+      } else if (st->full.size() > st->sent) {
+        out.push_back(delta_choice({{"content", st->full.substr(st->sent)}}));
       }
       out.push_back(delta_choice(ojson::object(), nullptr, finish));
       return out;
@@ -674,6 +693,7 @@ class Service {
   std::optional<ChatTemplate> tmpl_;
   ToolFormat tool_format_ = ToolFormat::Any;  ///< the template's tool-call syntax (tool_format_of)
   bool mistral_args_ = false;                 ///< Mistral v11+ template: `[TOOL_CALLS]name[ARGS]{…}`
+  bool reasoning_ = false;  ///< split `<think>` blocks into reasoning_content (ServerOptions::split_reasoning)
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
 };

@@ -29,6 +29,11 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;  ///< request body limit (413 above)
   std::string alias;                 ///< model id in /v1/models ("" = "<arch_name>-cortiq")
   bool log_requests = false;         ///< one stderr line per request
+  /// Reasoning models (a chat template that writes `</think>`): the `<think>` block of a chat answer
+  /// goes to `reasoning_content` (split_reasoning). false: it stays in `content`.
+  bool split_reasoning = true;
+  /// A Jinja chat template file used instead of the model's ("" = the model's own).
+  std::string chat_template_file;
 };
 
 /// Whether this build has the HTTP server (cpp-httplib linked).
