@@ -566,6 +566,45 @@ TEST_F(ServeE2E, ReasoningTemplateSplitsThinkBlock) {
   stop_server();
 }
 
+// CORS: a preflight is answered without the key (browsers send none on it); an allowed Origin gets
+// Access-Control-Allow-Origin on every answer (the 401 too, so a page can read the error); any other
+// origin gets none; without --cors-origin no origin is allowed.
+TEST_F(ServeE2E, CorsPreflightAndOrigins) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 1 --threads 1 --api-key sekret --cors-origin http://localhost:3000");
+  ASSERT_GT(port_, 0) << "server did not start";
+  const std::string good = "Origin: http://localhost:3000\r\n", evil = "Origin: http://evil.example\r\n";
+  const std::string auth = "Authorization: Bearer sekret\r\n";
+  const std::string acao = "Access-Control-Allow-Origin: http://localhost:3000";
+  auto r = http(port_, "OPTIONS", "/v1/chat/completions", "",
+                good + "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n");
+  EXPECT_EQ(r.status, 204) << r.head;
+  EXPECT_NE(r.head.find(acao), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos) << r.head;
+  r = http(port_, "OPTIONS", "/v1/chat/completions", "", evil);
+  EXPECT_EQ(r.status, 204) << r.head;
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  r = http(port_, "GET", "/v1/models", "", good + auth);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.head.find(acao), std::string::npos) << r.head;
+  r = http(port_, "GET", "/v1/models", "", good);
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_NE(r.head.find(acao), std::string::npos) << r.head;
+  r = http(port_, "GET", "/v1/models", "", evil + auth);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  stop_server();
+
+  start_server("--parallel 1 --threads 1 --api-key sekret");
+  ASSERT_GT(port_, 0) << "server did not start";
+  r = http(port_, "OPTIONS", "/v1/models", "", good);
+  EXPECT_EQ(r.status, 204) << r.head;
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  stop_server();
+}
+
 // A second server on a busy port must fail to bind, not share the port with the first (cpp-httplib
 // sets SO_REUSEPORT by default, with which the kernel splits connections between the two); a port
 // above 65535 is refused before anything binds.

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -758,7 +759,28 @@ int run_server(const ServerOptions& opt) {
   });
 
   const std::string key = opt.api_key;
-  http.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+  const std::vector<std::string> cors = opt.cors_origins;
+  http.set_pre_routing_handler([key, cors](const httplib::Request& req, httplib::Response& res) {
+    // CORS (Fetch standard): an allowed Origin gets Access-Control-Allow-Origin on every answer; a
+    // preflight (OPTIONS) is answered here, before the key check, since browsers send it without
+    // credentials.
+    const std::string origin = req.get_header_value("Origin");
+    const bool any = std::find(cors.begin(), cors.end(), "*") != cors.end();
+    const bool allowed = !origin.empty() && (any || std::find(cors.begin(), cors.end(), origin) != cors.end());
+    if (allowed) {
+      res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+      if (!any) res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, OPTIONS");
+      if (allowed) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (key.empty() || req.path == "/health" || req.path == "/healthz")
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string h = req.get_header_value("Authorization");

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/session.h"
 
@@ -34,6 +35,10 @@ struct ServerOptions {
   bool split_reasoning = true;
   /// A Jinja chat template file used instead of the model's ("" = the model's own).
   std::string chat_template_file;
+  /// Browser origins allowed to call the server (CORS), e.g. "http://localhost:3000"; "*" = any.
+  /// Empty: none, so a web page cannot read the answers of a server on this machine. Preflight
+  /// OPTIONS requests are answered (204) without the API key either way.
+  std::vector<std::string> cors_origins;
 };
 
 /// Whether this build has the HTTP server (cpp-httplib linked).
