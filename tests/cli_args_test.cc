@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -129,6 +130,21 @@ TEST_F(CliArgs, TokenizeEmptyText) {
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only"), "[1]\n");
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only --no-special"), "[]\n");
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
+}
+
+// Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.
+TEST_F(CliArgs, TokenizeEscapesPieces) {
+  ASSERT_TRUE(ok_);
+  const fs::path in = dir_ / "pieces.txt";
+  std::ofstream(in) << "a\nb\t'\\";
+  const std::string out = ran("tokenize " + model_ + " --no-special -f " + in.string());
+  for (const char* piece : {"'\\n'", "'\\t'", "'\\''", "'\\\\'"})
+    EXPECT_NE(out.find(piece), std::string::npos) << out;
+  // one line per token
+  const std::string ids = ran("tokenize " + model_ + " --no-special --ids-only -f " + in.string());
+  EXPECT_EQ(static_cast<size_t>(std::count(out.begin(), out.end(), '\n')),
+            static_cast<size_t>(std::count(ids.begin(), ids.end(), ',')) + 1)
+      << out << ids;
 }
 
 // Interactive chat keeps going when the conversation outgrows the context (the oldest exchanges are

@@ -578,11 +578,13 @@ TEST_F(ServeE2E, CorsPreflightAndOrigins) {
   const std::string good = "Origin: http://localhost:3000\r\n", evil = "Origin: http://evil.example\r\n";
   const std::string auth = "Authorization: Bearer sekret\r\n";
   const std::string acao = "Access-Control-Allow-Origin: http://localhost:3000";
-  auto r = http(port_, "OPTIONS", "/v1/chat/completions", "",
-                good + "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n");
+  auto r =
+      http(port_, "OPTIONS", "/v1/chat/completions", "",
+           good + "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n");
   EXPECT_EQ(r.status, 204) << r.head;
   EXPECT_NE(r.head.find(acao), std::string::npos) << r.head;
-  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos)
+      << r.head;
   r = http(port_, "OPTIONS", "/v1/chat/completions", "", evil);
   EXPECT_EQ(r.status, 204) << r.head;
   EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;

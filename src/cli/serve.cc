@@ -28,17 +28,18 @@ void setup(CLI::App& root) {
   c->add_option("--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (default min(max_position_embeddings, 4096))");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
-  c->add_option("--cors-origin", o->cors_origins,
-                 "browser origin allowed to call the server, e.g. http://localhost:3000; '*' = any (repeatable; "
-                 "default none)")
+  c->add_option(
+       "--cors-origin", o->cors_origins,
+       "browser origin allowed to call the server, e.g. http://localhost:3000; '*' = any (repeatable; "
+       "default none)")
       ->allow_extra_args(false);
-  c->add_option("--chat-template-file", o->chat_template_file,
-                 "Jinja chat template to use instead of the model's (a tokenizer_config.json's chat_template, as "
-                 "text)")
+  c->add_option(
+       "--chat-template-file", o->chat_template_file,
+       "Jinja chat template to use instead of the model's (a tokenizer_config.json's chat_template, as "
+       "text)")
       ->check(CLI::ExistingFile);
   c->add_option_function<std::string>(
-       "--reasoning-format",
-       [o](const std::string& v) { o->split_reasoning = v == "auto"; },
+       "--reasoning-format", [o](const std::string& v) { o->split_reasoning = v == "auto"; },
        "auto: a reasoning model's <think> block goes to reasoning_content (default); none: it stays in "
        "content")
       ->check(CLI::IsMember({"auto", "none"}));

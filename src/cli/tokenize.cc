@@ -1,6 +1,9 @@
 // `cortiq tokenize <model.cmf|tokenizer.json> (--text S | -f FILE) [--ids-only] [--no-special]`:
-// prints one line per token, "<id> -> '<piece>'" (like llama-tokenize), or the id list with
-// --ids-only. For a .cmf the tokenizer is the vocab section (HF tokenizer.json verbatim).
+// prints one line per token, "<id> -> '<piece>'" (like llama-tokenize, with control characters,
+// quotes, backslashes and bytes that are not UTF-8 escaped C-style), or the id list with --ids-only. For a
+// .cmf the tokenizer is the vocab section (HF tokenizer.json verbatim).
+#include <utf8proc.h>
+
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -13,6 +16,48 @@
 
 namespace cortiq::cli {
 namespace {
+
+/// A token's text for one line of output: \n, \t, \r, \\, \' and other control characters or bytes
+/// that are not valid UTF-8 (a piece of a multi-byte character) as C-style escapes.
+std::string escape_piece(const std::string& s) {
+  std::string out;
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t i = 0;
+  const auto n = static_cast<utf8proc_ssize_t>(s.size());
+  while (i < n) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(p + i, n - i, &cp);
+    if (len <= 0) {  // not UTF-8: this byte alone
+      out += fmt::format("\\x{:02x}", p[i]);
+      ++i;
+      continue;
+    }
+    switch (cp) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\'':
+        out += "\\'";
+        break;
+      default:
+        if (cp < 0x20 || cp == 0x7f)
+          out += fmt::format("\\x{:02x}", cp);
+        else
+          out.append(s, static_cast<size_t>(i), static_cast<size_t>(len));
+    }
+    i += len;
+  }
+  return out;
+}
 
 struct TokenizeArgs {
   std::string model;
@@ -58,7 +103,7 @@ void run(const TokenizeArgs& a) {
   }
   for (uint32_t id : ids) {
     uint32_t one[1] = {id};
-    std::string piece = tok->decode(one, false);
+    const std::string piece = escape_piece(tok->decode(one, false));
     std::string line = fmt::format("{:6} -> '{}'\n", id, piece);
     std::fwrite(line.data(), 1, line.size(), stdout);
   }

@@ -101,11 +101,12 @@ TEST(ChatRequest, AssistantReasoningContentReachesTheTemplate) {
   EXPECT_TRUE(template_has_reasoning(tpl.source()));
   ChatRequest cr;
   cr.messages = r.messages;
-  EXPECT_EQ(tpl.apply(cr),
-            "<|im_start|>user\nGet the secret number<|im_end|>\n<|im_start|>assistant\n<think>\nI should call "
-            "the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_secret_number\", \"arguments\": "
-            "{}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42.69\n"
-            "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      tpl.apply(cr),
+      "<|im_start|>user\nGet the secret number<|im_end|>\n<|im_start|>assistant\n<think>\nI should call "
+      "the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_secret_number\", \"arguments\": "
+      "{}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n42.69\n"
+      "</tool_response><|im_end|>\n<|im_start|>assistant\n");
   cr.enable_thinking = false;  // the generation prompt closes an empty block: the model answers directly
   EXPECT_FALSE(prompt_opens_reasoning(tpl.apply(cr)));
 }
@@ -144,8 +145,12 @@ TEST(Reasoning, SplitAtThinkTags) {
 // Every way of cutting the text into stream pieces gives deltas that add up to the one-shot split,
 // and nothing is sent before it is certain (a partial tag or trailing newlines are held back).
 TEST(Reasoning, StreamDeltasAddUpToTheSplitForEveryCut) {
-  const char* texts[] = {"<think>\nplan\n\nmore</think>\n\nThe answer.\n", "\n<think>a</thinkish></think>b",
-                         "<thinker>not a block", "<think>\nunclosed\n", "plain answer", " \n"};
+  const char* texts[] = {"<think>\nplan\n\nmore</think>\n\nThe answer.\n",
+                         "\n<think>a</thinkish></think>b",
+                         "<thinker>not a block",
+                         "<think>\nunclosed\n",
+                         "plain answer",
+                         " \n"};
   for (const char* t : texts)
     for (bool inside : {false, true}) {
       const std::string text = t;

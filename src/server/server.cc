@@ -306,7 +306,8 @@ class Service {
         lp = chat_logprobs(std::move(arr));
       }
       std::vector<ojson> out;
-      if (!d.reasoning.empty()) out.push_back(delta_choice({{"reasoning_content", d.reasoning}}, std::move(lp)));
+      if (!d.reasoning.empty())
+        out.push_back(delta_choice({{"reasoning_content", d.reasoning}}, std::move(lp)));
       if (upto > st->sent || (out.empty() && !lp.is_null())) {
         const std::string piece =
             upto > st->sent ? st->full.substr(st->sent, upto - st->sent) : std::string();
@@ -694,7 +695,8 @@ class Service {
   std::optional<ChatTemplate> tmpl_;
   ToolFormat tool_format_ = ToolFormat::Any;  ///< the template's tool-call syntax (tool_format_of)
   bool mistral_args_ = false;                 ///< Mistral v11+ template: `[TOOL_CALLS]name[ARGS]{…}`
-  bool reasoning_ = false;  ///< split `<think>` blocks into reasoning_content (ServerOptions::split_reasoning)
+  bool reasoning_ =
+      false;  ///< split `<think>` blocks into reasoning_content (ServerOptions::split_reasoning)
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
 };
@@ -766,7 +768,8 @@ int run_server(const ServerOptions& opt) {
     // credentials.
     const std::string origin = req.get_header_value("Origin");
     const bool any = std::find(cors.begin(), cors.end(), "*") != cors.end();
-    const bool allowed = !origin.empty() && (any || std::find(cors.begin(), cors.end(), origin) != cors.end());
+    const bool allowed =
+        !origin.empty() && (any || std::find(cors.begin(), cors.end(), origin) != cors.end());
     if (allowed) {
       res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
       if (!any) res.set_header("Vary", "Origin");
