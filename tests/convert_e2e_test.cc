@@ -402,12 +402,14 @@ TEST_F(ConvertE2E, ShardedOutputHoldsTheSameTensors) {
   EXPECT_EQ(std::string(rs.vocab().begin(), rs.vocab().end()), tok);
   ASSERT_TRUE(rs.header().shard);
   EXPECT_EQ(rs.header().shard->count, count);
-  // Qwen2.5 bundle: chat template from tokenizer_config, eos = generation ∪ config ∪ <|im_end|>.
+  // Qwen2.5 bundle: chat template from tokenizer_config, eos = generation ∪ config ∪ <|im_end|>, all
+  // three <|im_end|> here (gen_checkpoint takes the tokenizer's specials), and no BOS (Qwen has none).
   ASSERT_TRUE(r1.header().tokenizer_config);
   const auto& b = *r1.header().tokenizer_config;
   ASSERT_TRUE(b.chat_template);
   EXPECT_NE(b.chat_template->find("<|im_start|>"), std::string::npos);
-  EXPECT_EQ(b.eos_token_ids, (std::vector<uint32_t>{2, 3, 151645}));
+  EXPECT_EQ(b.eos_token_ids, (std::vector<uint32_t>{151645}));
+  EXPECT_FALSE(b.bos_token_id);
 }
 
 TEST_F(ConvertE2E, MtpBlockIsRenamedAndDeclared) {

@@ -99,6 +99,29 @@ def all_tensors(a):
     return ts
 
 
+def tokenizer_specials(src):
+    """(bos id or None, eos id) of the tokenizer in directory src, from tokenizer_config.json's
+    bos_token / eos_token and tokenizer.json's added tokens."""
+    with open(os.path.join(src, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        added = {t["content"]: t["id"] for t in json.load(f).get("added_tokens", [])}
+
+    def tid(key):
+        v = tc.get(key)
+        v = v.get("content") if isinstance(v, dict) else v
+        if v is None:
+            return None
+        if v not in added:
+            sys.exit(f"{key} {v!r} of {src} is not an added token")
+        return added[v]
+
+    eos = tid("eos_token")
+    if eos is None:
+        sys.exit(f"{src}: tokenizer_config.json has no eos_token")
+    return tid("bos_token"), eos
+
+
 def config_for(a):
     fam = a.family
     text_type = "gemma3_text" if fam == "gemma3" else fam
@@ -248,14 +271,24 @@ def main():
                 wm[n] = fn
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {}, "weight_map": wm}, f, indent=1)
-    with open(os.path.join(a.out, "config.json"), "w") as f:
-        json.dump(config_for(a), f, indent=2)
-    with open(os.path.join(a.out, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 1, "eos_token_id": [2, 3], "do_sample": False}, f, indent=2)
+    cfg = config_for(a)
+    gen = {"bos_token_id": 1, "eos_token_id": [2, 3], "do_sample": False}
+    src = None
     if a.tokenizer != "none":
         src = os.path.join(shared_dir(), "models", "tokenizer-" + a.tokenizer)
         if not os.path.isdir(src):
             sys.exit(f"tokenizer directory {src} not found")
+        # BOS / EOS ids of the tokenizer's own special tokens (tokenizer_config.json), as the real
+        # checkpoint's config says; Qwen has no BOS (null)
+        bos, eos = tokenizer_specials(src)
+        cfg["bos_token_id"] = bos
+        cfg["eos_token_id"] = eos if cfg["eos_token_id"] == 2 else cfg["eos_token_id"]
+        gen = {"bos_token_id": bos, "eos_token_id": [eos], "do_sample": False}
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(a.out, "generation_config.json"), "w") as f:
+        json.dump(gen, f, indent=2)
+    if src:
         for fn in ("tokenizer.json", "tokenizer_config.json"):
             if os.path.exists(os.path.join(src, fn)):
                 shutil.copyfile(os.path.join(src, fn), os.path.join(a.out, fn))
