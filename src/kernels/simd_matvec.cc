@@ -1634,7 +1634,8 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
   }
 }
 
-/// Most tokens block_nibq_few takes: a continuous-batching decode step of up to 8 sequences.
+/// Most tokens block_nibq_few takes at once: a decode step of up to 8 sequences; a prefill goes
+/// through it 8 tokens at a time.
 constexpr size_t kFewTokens = 8;
 /// Rows block_nibq_few unpacks together.
 constexpr int kFewRows = 4;
@@ -1696,21 +1697,22 @@ CQ_AVX512 inline void few_unpack_nibq(const Plan& pl, const BlockState& st, cons
   }
 }
 
-/// Fam::NIBQ rows [r0, r0+rc) (block-local 0..rc) × n tokens, 2 ≤ n ≤ kFewTokens (a decode step
-/// of several sequences): Y[i·y_stride + j0 + k]. The R × T tiles unpack each row chunk once per
-/// token tile and load each activation register once per row; here every chunk of kFewRows rows is
-/// unpacked once for all n tokens and each activation register serves 2·kFewRows vpdpbusd (see
-/// few_apply). The row tail is padded by repeating the last row and dropping its outputs.
+/// Fam::NIBQ rows [r0, r0+rc) (block-local 0..rc) × tokens [i0, i0 + n), 1 ≤ n ≤ kFewTokens:
+/// Y[i·y_stride + j0 + k]. The R × T tiles unpack each row chunk once per token tile and load each
+/// activation register once per row; here every chunk of kFewRows rows is unpacked once for all n
+/// tokens and each activation register serves 2·kFewRows vpdpbusd (see few_apply). The row tail is
+/// padded by repeating the last row and dropping its outputs.
 template <DType D>
 CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
-                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+                              const ActSet& acts, size_t i0, size_t n, float* y, size_t y_stride,
+                              uint64_t j0) {
   constexpr int R = kFewRows;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const uint64_t pfd = prefetch_distance(pl, R);
   const NibqSplit sp = nibq_split(pl.gpr);
   const uint64_t nsb = (pl.gpr + 3) / 4, nfull = pl.gpr / 4;
   QAct a[kFewTokens];
-  for (size_t t = 0; t < n; ++t) a[t] = acts.at(t);
+  for (size_t t = 0; t < n; ++t) a[t] = acts.at(i0 + t);
   for (uint64_t k0 = 0; k0 < rc; k0 += R) {
     uint64_t rows[R], li[R];
     for (int k = 0; k < R; ++k) {
@@ -1744,7 +1746,7 @@ CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0,
     }
     const uint64_t kn = std::min<uint64_t>(R, rc - k0);
     for (uint64_t k = 0; k < kn; ++k)
-      for (size_t t = 0; t < n; ++t) y[t * y_stride + j0 + k0 + k] = _mm512_reduce_add_ps(f[k][t]);
+      for (size_t t = 0; t < n; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = _mm512_reduce_add_ps(f[k][t]);
   }
 }
 
@@ -1754,9 +1756,10 @@ CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0,
 /// rows (with the codec a template parameter nothing spills; 2-row tiles were 15–40% slower); q1 as the
 /// nibble codecs and vbit; q1t 4 rows (matvec) / 2 rows × 2–4 tokens. q4tp (NIBQ, Zen 5, 2 threads): 8 rows
 /// (matvec, 12% faster than 4) / 4 rows × 2 tokens (6% faster than 4 × 4).
-/// A decode step of 2–8 sequences takes block_nibq_few instead (each 4-row chunk unpacked once for
-/// every token): Zen 5, 1 thread, interleaved A/B, matmul_n4 4864×896 166–175 → 148–160 µs, and the
-/// 0.5B q4tp `cortiq bench --parallel 4` aggregate 224–227 → 255–263 tok/s (2 threads), 137 → 157 (1).
+/// Two tokens or more take block_nibq_few instead (each 4-row chunk unpacked once per 8 tokens):
+/// Zen 5, 1 thread, interleaved A/B, matmul_n4 4864×896 166–175 → 148–160 µs, matmul_n64 2.18 →
+/// 1.63 ms; the 0.5B q4tp `cortiq bench --parallel 4` aggregate 224–227 → 255–263 tok/s (2
+/// threads), 137 → 157 (1); pp512 (1 thread) 290–312 → 322–351 tok/s.
 ///
 /// q8 matvec reads one row at a time: it is memory-bound, and a DRAM stream read in address order
 /// runs faster than R rows read side by side a superblock at a time (R streams one row apart).
@@ -1778,17 +1781,17 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
       block_int8_rt<2, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else
       block_int8_rt<2, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-  } else if (pl.fam == Fam::NIBQ) {  // each row's chunk is applied to the tokens in turn (nibq_step)
-    if (n == 1)
+  } else if (pl.fam == Fam::NIBQ) {
+    if (n == 1)  // each row's chunk is applied to the token in turn (nibq_step)
       block_int8_rt<8, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-    else if (n <= kFewTokens && pl.t == DType::Q4TP)
-      block_nibq_few<DType::Q4TP>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-    else if (n <= kFewTokens)
-      block_nibq_few<DType::Q4Block>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-    else if (n % 2 == 0)
-      block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
-    else
-      block_int8_rt<4, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else  // 4-row chunks unpacked once per kFewTokens tokens
+      for (size_t i0 = 0; i0 < n; i0 += kFewTokens) {
+        const size_t m = std::min(kFewTokens, n - i0);
+        if (pl.t == DType::Q4TP)
+          block_nibq_few<DType::Q4TP>(pl, st, r0, rc, acts, i0, m, y, y_stride, j0);
+        else
+          block_nibq_few<DType::Q4Block>(pl, st, r0, rc, acts, i0, m, y, y_stride, j0);
+      }
   } else if (n == 2 || (n > 1 && pl.fam == Fam::Q8))  // q8: an odd n pads one token
     block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (n > 1 && n % 4 == 0)
