@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 
 namespace cortiq {
 namespace {
@@ -137,6 +139,54 @@ TEST(ChatTemplate, SyntaxErrorNamesLineAndColumn) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     EXPECT_EQ(e.line(), 2);
   }
+}
+
+// A file's template or a request's messages must not be able to crash the process by recursion:
+// a macro without end, a context value nested 20,000 deep and 5,000 nested parentheses are typed
+// template errors (Jinja2 raises RecursionError for the first two); nesting within the limits works.
+TEST(ChatTemplate, RecursionIsBoundedAndTyped) {
+  auto tpl_kind = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const jinja::TemplateError& e) {
+      return std::optional<jinja::TplErrorKind>(e.tpl_kind());
+    }
+    return std::optional<jinja::TplErrorKind>();
+  };
+  EXPECT_EQ(tpl_kind([] {
+              render_chat_template("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}",
+                                   ordered_json::object());
+            }),
+            jinja::TplErrorKind::Runtime);
+  EXPECT_EQ(
+      render_chat_template("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}{% endmacro %}"
+                           "{{ f(50) | length }}",
+                           ordered_json::object()),
+      "92");  // 0..50 written back to back: 10 + 2·41 digits
+  const auto nested = [](int depth) {
+    return ordered_json::parse(std::string(static_cast<size_t>(depth), '[') +
+                               std::string(static_cast<size_t>(depth), ']'));
+  };
+  EXPECT_EQ(tpl_kind([&] {
+              render_chat_template("{{ x | tojson }}", ordered_json{{"x", nested(20000)}});
+            }),
+            jinja::TplErrorKind::Type);
+  EXPECT_EQ(render_chat_template("{{ x | tojson }}", ordered_json{{"x", nested(100)}}),
+            std::string(100, '[') + std::string(100, ']'));
+  EXPECT_EQ(tpl_kind([] {
+              jinja::Template t("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
+            }),
+            jinja::TplErrorKind::Syntax);
+  EXPECT_EQ(tpl_kind([] {
+              std::string src;
+              for (int i = 0; i < 5000; ++i) src += "{% if true %}";
+              for (int i = 0; i < 5000; ++i) src += "{% endif %}";
+              jinja::Template t(src);
+            }),
+            jinja::TplErrorKind::Syntax);
+  EXPECT_EQ(render_chat_template("{{ " + std::string(50, '(') + "7" + std::string(50, ')') + " }}",
+                                 ordered_json::object()),
+            "7");
 }
 
 TEST(ChatTemplate, RaiseExceptionIsTypedWithMessage) {

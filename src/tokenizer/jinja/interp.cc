@@ -541,6 +541,17 @@ Value Interp::make_macro(const Stmt& s, const std::shared_ptr<Scope>& closure, c
   Interp* in = this;
   const Stmt* sp = &s;
   return Value::callable(name, [in, sp, closure, body, name](CallArgs& a) {
+    // Jinja2 raises RecursionError for a macro that calls itself without end; each call here takes
+    // a few stack frames of the interpreter, so the depth is bounded well below the stack's size.
+    if (in->macro_depth_ >= kMaxMacroDepth)
+      throw_tpl(TplErrorKind::Runtime,
+                fmt::format("macro '{}': calls nested deeper than {} (recursion without end?)", name,
+                            kMaxMacroDepth));
+    struct DepthGuard {
+      int& d;
+      explicit DepthGuard(int& x) : d(++x) {}
+      ~DepthGuard() { --d; }
+    } guard(in->macro_depth_);
     auto sc = std::make_shared<Scope>();
     sc->parent = closure;
     if (a.pos.size() > sp->params.size())
@@ -737,7 +748,21 @@ std::string Template::render(const nlohmann::ordered_json& context, const Option
   return render(from_json(context), opt);
 }
 
+namespace {
+Value from_json_at(const nlohmann::ordered_json& j, int depth);
+}
+
 Value from_json(const nlohmann::ordered_json& j) {
+  return from_json_at(j, 0);
+}
+
+namespace {
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  // The conversion and every later use of the value (render, tojson) recurse once per level: a
+  // deeper value (e.g. tool-call arguments nested 20,000 deep in a request) would overflow the stack.
+  if (depth > kMaxValueDepth)
+    throw TemplateError(TplErrorKind::Type,
+                        fmt::format("a context value is nested deeper than {} levels", kMaxValueDepth), 0, 0);
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -757,20 +782,21 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (auto& x : j) items.push_back(from_json(x));
+      for (auto& x : j) items.push_back(from_json_at(x, depth + 1));
       return Value::array(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Value o = Value::object();
       o.obj->items.reserve(j.size());
       for (auto it = j.begin(); it != j.end(); ++it)
-        o.obj->items.emplace_back(it.key(), from_json(it.value()));
+        o.obj->items.emplace_back(it.key(), from_json_at(it.value(), depth + 1));
       return o;
     }
     default:
       fail(ErrorKind::InvalidArgument, "chat template context: unsupported JSON value (binary)");
   }
 }
+}  // namespace
 
 nlohmann::ordered_json to_json_value(const Value& v) {
   switch (v.type) {

@@ -60,6 +60,7 @@ class Interp {
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& sc);
 
  private:
+  int macro_depth_ = 0;  ///< macro calls in progress (bounded by kMaxMacroDepth)
   std::vector<std::shared_ptr<Scope>> macro_closures_;  ///< scopes captured by macros (see ~Interp)
   Value eval_inner(const Expr& e, Scope& sc);
   CallArgs eval_args(const Expr& e, Scope& sc);

@@ -55,7 +55,16 @@ class Template {
   std::unique_ptr<Impl> impl_;
 };
 
-/// JSON → Value (objects keep key order; integers beyond int64 become floats).
+/// Deepest nesting of arrays / objects in a render context: deeper → TemplateError(Type).
+inline constexpr int kMaxValueDepth = 128;
+/// Deepest nesting of macro calls in a render: deeper → TemplateError(Runtime) (Jinja2's
+/// RecursionError).
+inline constexpr int kMaxMacroDepth = 100;
+/// Deepest nesting of expressions and blocks in a template's source: deeper → TemplateError(Syntax).
+inline constexpr int kMaxSyntaxDepth = 200;
+
+/// JSON → Value (objects keep key order; integers beyond int64 become floats). Throws
+/// TemplateError(Type) for a value nested deeper than kMaxValueDepth.
 Value from_json(const nlohmann::ordered_json& j);
 /// Value → JSON (Undefined → null; callables throw TemplateError(Type)).
 nlohmann::ordered_json to_json_value(const Value& v);

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/jinja.h"
 
 namespace cortiq::jinja {
 
@@ -507,6 +508,7 @@ class Parser {
 
   /// Parses statements until a block tag whose name is in `ends` (left unconsumed, name in *end).
   Body subparse(const std::vector<std::string>& ends, std::string* end) {
+    const Nest nest(*this, cur());
     Body body;
     while (true) {
       const Tok& t = cur();
@@ -904,6 +906,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this, cur());
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       auto e = mk(is_op("-") ? EK::Neg : EK::Pos, cur());
@@ -1168,6 +1171,22 @@ class Parser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int loop_depth_ = 0;
+  int nest_ = 0;  ///< expressions and blocks being parsed (bounded by kMaxSyntaxDepth)
+
+  /// Counts one level of nesting for its lifetime; the parser (and later the interpreter) recurse
+  /// once per level, so a template nested deeper than kMaxSyntaxDepth is refused at `t`.
+  struct Nest {
+    Parser& p;
+    Nest(Parser& parser, const Tok& t) : p(parser) {
+      if (++p.nest_ > kMaxSyntaxDepth) {
+        --p.nest_;
+        p.fail_at(t, fmt::format("expressions or blocks nested deeper than {} levels", kMaxSyntaxDepth));
+      }
+    }
+    ~Nest() { --p.nest_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
 };
 
 }  // namespace
