@@ -496,6 +496,30 @@ TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
   EXPECT_LT(e.dir.end(), e.data.off);
   EXPECT_LE(e.data.off, e.dir.end() + 1024 + 4096);
   EXPECT_LT(fs::file_size(cp), fs::file_size(q4) - (512u << 10));
+
+  // A damaged tensor is refused, not carried over under a fresh hash that would pass `verify`.
+  const fs::path bad = dir_ / "rq_bad.cmf", out = dir_ / "rq_bad_out.cmf";
+  fs::copy_file(q8, bad, fs::copy_options::overwrite_existing);
+  const auto& victim = a.tensor("model.layers.0.self_attn.k_proj.weight");
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    const auto off = static_cast<std::streamoff>(a.envelope(0).data.off + victim.off + 7);
+    f.seekg(off);
+    const char c = static_cast<char>(f.get() ^ 0x40);
+    f.seekp(off);
+    f.put(c);
+  }
+  for (const std::string cmd : {"compact " + bad.string() + " -o " + out.string(),
+                                "requant " + bad.string() + " --quant q4tp -o " + out.string(),
+                                "requant " + bad.string() + " --quant q8 -o " + out.string()}) {
+    log = cli(cmd, &rc);
+    EXPECT_NE(rc, 0) << cmd << "\n" << log;
+    EXPECT_NE(log.find("HashMismatch"), std::string::npos) << log;
+    EXPECT_NE(log.find("'model.layers.0.self_attn.k_proj.weight' does not match its stored hash"),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(fs::exists(out)) << cmd;
+  }
 }
 
 TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {

@@ -1,6 +1,7 @@
 #include "convert/convert.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "cmf/writer.h"
 #include "convert/hf_config.h"
@@ -168,6 +170,33 @@ unsigned resolve_threads(unsigned t) {
   return hc == 0 ? 1 : hc;
 }
 
+/// requant and compact write fresh hashes, so whatever they carry over must still match the hashes
+/// it was stored with, or a damaged tensor would come out passing `verify`.
+/// `payload` of tensor `t` of `input`, or Error(HashMismatch) naming the tensor.
+std::span<const uint8_t> checked_payload(std::span<const uint8_t> payload, const cmf::TensorInfo& t,
+                                         const std::string& input) {
+  const uint64_t h = cmf::hash64(payload);
+  if (h != t.hash)
+    fail(ErrorKind::HashMismatch,
+         "{}: tensor '{}' does not match its stored hash (stored {:016x}, actual {:016x}); the file is "
+         "damaged (see `cortiq verify`), so it is not rewritten",
+         input, t.name, t.hash, h);
+  return payload;
+}
+
+/// The same check for a section carried over verbatim (vocab, masks) whose hash the header stores.
+void check_section(std::span<const uint8_t> bytes, const std::optional<std::string>& stored, const char* name,
+                   const std::string& input) {
+  if (!stored || bytes.empty()) return;
+  const std::string actual = fmt::format("{:016x}", cmf::hash64(bytes));
+  std::string want = *stored;
+  std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (want != actual)
+    fail(ErrorKind::HashMismatch,
+         "{}: section '{}' does not match its stored hash (stored {}, actual {}); the file is damaged (see "
+         "`cortiq verify`), so it is not rewritten",
+         input, name, *stored, actual);
+}
 }  // namespace
 
 ConvertResult convert_checkpoint(const ConvertOptions& opt) {
@@ -260,21 +289,23 @@ ConvertResult requant_file(const RequantOptions& opt) {
     const std::span<const uint8_t> payload = r.payload(t);
     j.source_bytes = payload.size();
     const quant::DType src_dtype = t.dtype;
+    const std::string input = opt.input;
     if (!quant::dtype_has_codec(src_dtype)) {
       j.decision.dtype = src_dtype;
       j.decision.reason = "no codec: copied";
-      j.raw = [payload] { return payload; };
+      j.raw = [payload, t, input] { return checked_payload(payload, t, input); };
     } else {
       j.decision = decide(opt.plan, t.name, t.shape, moe);
       if (j.decision.dtype == src_dtype) {
-        j.raw = [payload] { return payload; };
+        j.raw = [payload, t, input] { return checked_payload(payload, t, input); };
       } else {
         const std::vector<uint64_t> shape = t.shape;
         const std::string name = t.name;
-        j.load = [payload, shape, src_dtype, name](std::vector<float>& v) {
+        j.load = [payload, shape, src_dtype, name, t, input](std::vector<float>& v) {
           uint64_t n = 1;
           for (uint64_t x : shape) n *= x;
           v.resize(n);
+          (void)checked_payload(payload, t, input);
           try {
             quant::decode(src_dtype, shape, payload, v);
           } catch (const Error& e) {
@@ -295,6 +326,8 @@ ConvertResult requant_file(const RequantOptions& opt) {
   h.quant_type = header_quant_type(opt.plan.base);
   cmf::WriterOptions wo;
   wo.expected_tensors = jobs.size();
+  check_section(r.masks_bytes(), r.header().section_hashes.masks, "masks", opt.input);
+  check_section(r.vocab(), r.header().section_hashes.vocab, "vocab", opt.input);
   cmf::Writer w(opt.output, wo);
   if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
@@ -315,10 +348,12 @@ ConvertResult compact_file(const std::string& input, const std::string& output, 
     j.shape = t.shape;
     j.decision.dtype = t.dtype;
     const std::span<const uint8_t> payload = r.payload(t);
-    j.raw = [payload] { return payload; };
+    j.raw = [payload, t, input] { return checked_payload(payload, t, input); };
     j.source_bytes = payload.size();
     jobs.push_back(std::move(j));
   }
+  check_section(r.masks_bytes(), r.header().section_hashes.masks, "masks", input);
+  check_section(r.vocab(), r.header().section_hashes.vocab, "vocab", input);
   cmf::WriterOptions wo;
   wo.expected_tensors = jobs.size();
   // Tight: room for the envelope, this header (+1 KiB: the hashes are regenerated) and the
