@@ -132,6 +132,14 @@ TEST_F(CliArgs, TokenizeEmptyText) {
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
 }
 
+// `run` prints the continuation of the prompt: the stories tokenizer (SentencePiece) writes the
+// space before "time" into the token, and it stays (transformers' TextStreamer, llama.cpp).
+TEST_F(CliArgs, RunKeepsTheLeadingSpaceOfTheContinuation) {
+  ASSERT_TRUE(ok_);
+  const std::string out = ran("run " + model_ + " -p 'Once upon a' -n 1 --greedy --threads 1");
+  EXPECT_NE(out.find("\n time\n[1 tokens"), std::string::npos) << out;
+}
+
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.
 TEST_F(CliArgs, TokenizeEscapesPieces) {
   ASSERT_TRUE(ok_);

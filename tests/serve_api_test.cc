@@ -495,6 +495,23 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
   EXPECT_EQ(r.j()["choices"][0]["text"], "") << r.body;
   EXPECT_TRUE(r.j()["choices"][0]["logprobs"]["tokens"].empty()) << r.body;
 
+  // The output continues the prompt: SentencePiece's first token keeps its space (" time", not
+  // "time"), and the logprobs tokens join up to the text, with text_offset at each token's start.
+  r = http(port_, "POST", "/v1/completions",
+           R"({"prompt":"Once upon a","temperature":0,"max_tokens":6,"logprobs":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const json c = r.j()["choices"][0];
+    const std::string text = c["text"];
+    EXPECT_EQ(text.rfind(" time", 0), 0u) << r.body;
+    std::string joined;
+    for (size_t i = 0; i < c["logprobs"]["tokens"].size(); ++i) {
+      EXPECT_EQ(c["logprobs"]["text_offset"][i].get<size_t>(), joined.size()) << r.body;
+      joined += c["logprobs"]["tokens"][i].get<std::string>();
+    }
+    EXPECT_EQ(joined, text) << r.body;
+  }
+
   // usage.prompt_tokens_details.cached_tokens: the same prompt again comes from the slot's cache
   // (all but the last token, whose logits start the generation)
   const std::string same = R"({"prompt":"Once upon a time there was","temperature":0,"max_tokens":2})";

@@ -152,7 +152,10 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   Sampler sampler(gp.sampler);
   std::vector<uint32_t> seen = prompt;
   std::optional<IncrementalDecoder> dec;
-  if (lm_->tokenizer) dec.emplace(*lm_->tokenizer, true);
+  if (lm_->tokenizer) {
+    dec.emplace(*lm_->tokenizer, true);
+    dec->prime(prompt);  // the output continues the prompt (SentencePiece keeps its leading space)
+  }
   std::string full;
   size_t emitted = 0, max_stop = 0;
   for (const auto& s : gp.stop_strings) max_stop = std::max(max_stop, s.size());

@@ -188,7 +188,10 @@ void Engine::loop() {
         reused_tokens_ += x.reuse;
         x.job->cached_tokens = x.reuse;
         x.sampler.emplace(x.job->sampler);
-        if (lm_.tokenizer) x.dec.emplace(*lm_.tokenizer, true);
+        if (lm_.tokenizer) {
+          x.dec.emplace(*lm_.tokenizer, true);
+          x.dec->prime(x.job->prompt);  // the output continues the prompt (SentencePiece's leading space)
+        }
         x.seen = x.job->prompt;
         x.counts.clear();
         x.generated = 0;

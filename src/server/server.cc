@@ -646,10 +646,9 @@ class Service {
     return ch;
   }
 
-  std::string piece(uint32_t id) const {
-    const uint32_t one[1] = {id};
-    return lm_.tokenizer->decode(one, false);
-  }
+  /// A logprobs entry's text: what the token adds inside a text (Tokenizer::token_text), so the
+  /// entries join up to the generated text.
+  std::string piece(uint32_t id) const { return lm_.tokenizer->token_text(id); }
 
   ojson chat_logprob(const TokenLogprob& t) const {
     auto entry = [&](uint32_t id, float lp) {

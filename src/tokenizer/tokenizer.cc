@@ -287,6 +287,13 @@ std::string Tokenizer::decode(std::span<const uint32_t> ids, bool skip_special_t
   return impl_->decode(ids, skip_special_tokens);
 }
 
+std::string Tokenizer::token_text(uint32_t id) const {
+  const uint32_t one[1] = {id}, two[2] = {id, id};
+  const std::string a = decode(one, false), b = decode(two, false);
+  // prefix-stable decoders (all of HF's): b = a + the continuation; otherwise the piece alone
+  return b.size() >= a.size() && b.compare(0, a.size(), a) == 0 ? b.substr(a.size()) : a;
+}
+
 std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {
   auto it = impl_->added_by_content.find(token);
   if (it != impl_->added_by_content.end()) return it->second;
@@ -331,6 +338,16 @@ static bool ends_with_fffd(const std::string& s) {
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tok, bool skip_special_tokens)
     : tok_(&tok), skip_special_(skip_special_tokens) {}
+
+void IncrementalDecoder::prime(std::span<const uint32_t> context) {
+  const size_t k = std::min<size_t>(context.size(), 4);
+  std::vector<uint32_t> tail(context.end() - static_cast<std::ptrdiff_t>(k), context.end());
+  std::string p = tok_->decode(tail, skip_special_);
+  if (ends_with_fffd(p)) return;
+  ids_ = std::move(tail);
+  prefix_ = std::move(p);
+  prefix_index_ = ids_.size();
+}
 
 std::string IncrementalDecoder::push(uint32_t id) {
   if (prefix_.empty() && !ids_.empty()) {

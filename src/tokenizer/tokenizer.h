@@ -45,6 +45,11 @@ class Tokenizer {
   /// Text of `ids` through the decoder chain; ids not in the vocabulary are ignored, special
   /// added tokens are dropped when `skip_special_tokens`.
   std::string decode(std::span<const uint32_t> ids, bool skip_special_tokens) const;
+  /// The text token `id` adds inside a text, not at its start: decode of [id, id] minus decode of
+  /// [id]. It differs from decode of [id] alone where the decoder strips the start of a text:
+  /// SentencePiece's "▁there" is " there" here, "there" alone (a logprobs entry must be the former
+  /// so that the entries join up to the generated text).
+  std::string token_text(uint32_t id) const;
 
   /// Id of a token string (added tokens first, then the model vocabulary).
   std::optional<uint32_t> token_to_id(std::string_view token) const;
@@ -78,6 +83,12 @@ class IncrementalDecoder {
  public:
   /// `tok` must outlive the decoder.
   IncrementalDecoder(const Tokenizer& tok, bool skip_special_tokens);
+  /// Continues a text that ends with `context` (the prompt's ids): the first pushed id then decodes
+  /// as it does after the prompt, not as the start of a text (SentencePiece keeps its leading
+  /// space, "Once upon a" + "▁time" → " time"), as decoding prompt + output and cutting the prompt
+  /// off does (transformers' TextStreamer, llama.cpp). Call before the first push; uses the last 4
+  /// ids, and nothing when they end inside a UTF-8 character.
+  void prime(std::span<const uint32_t> context);
   /// Adds one id; returns the newly completed text (possibly empty).
   std::string push(uint32_t id);
   /// Returns whatever is pending (may contain U+FFFD for an incomplete sequence) and resets.

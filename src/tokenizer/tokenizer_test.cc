@@ -239,6 +239,38 @@ TEST(Tokenizer, IncrementalDecoderMatchesFullDecode) {
   }
 }
 
+// A generation continues its prompt: primed with the prompt, the decoder gives what decoding
+// prompt + output and cutting the prompt off gives (the transformers / llama.cpp text), so a
+// SentencePiece output keeps the leading space its first token carries ("Once upon a" → " time").
+// token_text is the same continuation text for one token, the logprobs entries' text.
+TEST(Tokenizer, PrimedDecoderContinuesThePrompt) {
+  for (const char* name : {"stories260K", "mistral-7b-v0.1", "gemma3", "llama3.2", "qwen2.5"}) {
+    REQUIRE_TOK(t, name);
+    const std::string text = "Once upon a time there was a wörld 🦙 of 你好";
+    const auto ids = t->encode(text, true);
+    const std::string whole = t->decode(ids, true);
+    for (size_t cut = 1; cut < ids.size(); ++cut) {
+      const std::vector<uint32_t> prompt(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut));
+      const std::string head = t->decode(prompt, true);
+      if (head.find("\xEF\xBF\xBD") != std::string::npos) continue;  // prompt ends inside a character
+      ASSERT_EQ(whole.compare(0, head.size(), head), 0) << name;
+      IncrementalDecoder dec(*t, true);
+      dec.prime(prompt);
+      std::string acc;
+      for (size_t i = cut; i < ids.size(); ++i) acc += dec.push(ids[i]);
+      acc += dec.flush();
+      EXPECT_EQ(acc, whole.substr(head.size())) << name << " cut " << cut;
+    }
+  }
+  REQUIRE_TOK(t, "stories260K");
+  const auto ids = t->encode("Once upon a time", false);
+  EXPECT_EQ(t->decode(std::span(&ids.back(), 1), false), "time");  // alone: the start of a text
+  EXPECT_EQ(t->token_text(ids.back()), " time");
+  IncrementalDecoder bos_only(*t, true);
+  bos_only.prime(std::vector<uint32_t>{1});  // right after BOS the space is stripped, as llama.cpp does
+  EXPECT_EQ(bos_only.push(ids.back()), "time");
+}
+
 TEST(Tokenizer, IncrementalDecoderHoldsIncompleteBytes) {
   REQUIRE_TOK(t, "mistral-7b-v0.1");
   IncrementalDecoder dec(*t, false);
