@@ -13,7 +13,15 @@ double token_nll(std::span<const float> logits, uint32_t target) {
   for (float l : logits) mx = std::max(mx, static_cast<double>(l));
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
-  return -(static_cast<double>(logits[target]) - mx - std::log(sum));
+  const double nll = -(static_cast<double>(logits[target]) - mx - std::log(sum));
+  if (!std::isfinite(nll))  // a NaN / ±Inf logit (std::max skips NaN, so look for it)
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (!std::isfinite(logits[i]))
+        fail(ErrorKind::NonFinite,
+             "logit {} is {}: a weight of this file is corrupt or out of range (`cortiq verify` checks every "
+             "tensor's hash)",
+             i, logits[i]);
+  return nll;
 }
 
 namespace {

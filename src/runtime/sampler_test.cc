@@ -11,6 +11,7 @@
 #include <random>
 
 #include "runtime/perplexity.h"
+#include "util/error.h"
 
 namespace cortiq::runtime {
 namespace {
@@ -394,6 +395,15 @@ TEST(Perplexity, TokenNll) {
   const std::vector<float> l{0.0f, std::log(3.0f)};  // p = {0.25, 0.75}
   EXPECT_NEAR(token_nll(l, 0), std::log(4.0), 1e-6);
   EXPECT_NEAR(token_nll(l, 1), -std::log(0.75), 1e-6);
+  // A NaN logit (a damaged lm_head row) is an error naming it, not a NaN perplexity.
+  const std::vector<float> bad{0.0f, std::nanf(""), 1.0f};
+  try {
+    (void)token_nll(bad, 2);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NonFinite);
+    EXPECT_NE(e.message().find("logit 1 is"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
