@@ -375,6 +375,11 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   EXPECT_EQ(r.status, 401);
   EXPECT_EQ(r.j()["error"]["type"], "authentication_error");
   EXPECT_EQ(http(port_, "GET", "/v1/models", "", "Authorization: Bearer nope\r\n").status, 401);
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "Authorization: bearer sekret\r\n").status,
+            200);                                                                        // any case
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "X-Api-Key: sekret\r\n").status, 200);  // llama.cpp's form
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "X-Api-Key: nope\r\n").status, 401);
+  EXPECT_EQ(http(port_, "GET", "/v1/models", "", "Authorization: Bearer\r\n").status, 401);
   r = http(port_, "GET", "/v1/models", "", auth);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.j()["data"][0]["id"], "llama-cortiq");
@@ -395,6 +400,12 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   r = http(port_, "POST", "/v1/completions", "{\"prompt\":\"" + std::string(70000, 'x') + "\"}", auth);
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(r.j()["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(alive());
+  // A chunked body has no length to check up front (cpp-httplib would read any size): 411.
+  r = http(port_, "POST", "/v1/completions", "5\r\nhello\r\n0\r\n\r\n",
+           "Transfer-Encoding: chunked\r\n" + auth);
+  EXPECT_EQ(r.status, 411) << r.body;
+  EXPECT_EQ(r.j()["error"]["code"], "length_required") << r.body;
   EXPECT_TRUE(alive());
 
   r = http(port_, "GET", "/nope", "", auth);
@@ -595,11 +606,17 @@ TEST_F(ServeE2E, CorsPreflightAndOrigins) {
   const std::string good = "Origin: http://localhost:3000\r\n", evil = "Origin: http://evil.example\r\n";
   const std::string auth = "Authorization: Bearer sekret\r\n";
   const std::string acao = "Access-Control-Allow-Origin: http://localhost:3000";
-  auto r =
-      http(port_, "OPTIONS", "/v1/chat/completions", "",
-           good + "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n");
+  // the openai SDK sends X-Stainless-* headers from a browser too: the preflight allows what it asks
+  auto r = http(port_, "OPTIONS", "/v1/chat/completions", "",
+                good +
+                    "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: "
+                    "authorization,content-type,x-stainless-arch\r\n");
   EXPECT_EQ(r.status, 204) << r.head;
   EXPECT_NE(r.head.find(acao), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: authorization,content-type,x-stainless-arch"),
+            std::string::npos)
+      << r.head;
+  r = http(port_, "OPTIONS", "/v1/chat/completions", "", good);
   EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos)
       << r.head;
   r = http(port_, "OPTIONS", "/v1/chat/completions", "", evil);

@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <chrono>
@@ -761,7 +762,8 @@ int run_server(const ServerOptions& opt) {
 
   const std::string key = opt.api_key;
   const std::vector<std::string> cors = opt.cors_origins;
-  http.set_pre_routing_handler([key, cors](const httplib::Request& req, httplib::Response& res) {
+  const size_t max_body = opt.max_body_bytes;
+  http.set_pre_routing_handler([key, cors, max_body](const httplib::Request& req, httplib::Response& res) {
     // CORS (Fetch standard): an allowed Origin gets Access-Control-Allow-Origin on every answer; a
     // preflight (OPTIONS) is answered here, before the key check, since browsers send it without
     // credentials.
@@ -772,26 +774,48 @@ int run_server(const ServerOptions& opt) {
     if (allowed) {
       res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
       if (!any) res.set_header("Vary", "Origin");
+      res.set_header("Access-Control-Expose-Headers", "Retry-After");  // 429's hint, readable by the page
     }
     if (req.method == "OPTIONS") {
       res.status = 204;
       res.set_header("Allow", "GET, POST, OPTIONS");
       if (allowed) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        // the headers the page asks for (the openai SDK sends X-Stainless-* ones), else the usual two
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
         res.set_header("Access-Control-Max-Age", "600");
       }
       return httplib::Server::HandlerResponse::Handled;
     }
+    // cpp-httplib 0.11 applies the body limit (--max-body) to a Content-Length only and would read a
+    // chunked body of any size into memory: such bodies are refused (411, RFC 9110 §15.5.12) before
+    // a byte of them is read. This runs before the body is read.
+    std::string te = req.get_header_value("Transfer-Encoding");
+    std::transform(te.begin(), te.end(), te.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (te.find("chunked") != std::string::npos) {
+      send_error(res, ApiError(411,
+                               "chunked request bodies are not accepted: send the body with a Content-Length "
+                               "header (limit " +
+                                   std::to_string(max_body) + " bytes)",
+                               "invalid_request_error", std::nullopt, "length_required"));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (key.empty() || req.path == "/health" || req.path == "/healthz")
       return httplib::Server::HandlerResponse::Unhandled;
+    // `Authorization: Bearer KEY` (the scheme is case-insensitive, RFC 9110 §11.1) or, as llama.cpp's
+    // server also takes it, `X-Api-Key: KEY`.
     const std::string h = req.get_header_value("Authorization");
-    const std::string want = "Bearer " + key;
-    if (consteq(h, want)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(
-        res,
-        ApiError(401, h.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
-                 "authentication_error", std::nullopt, "invalid_api_key"));
+    std::string given;
+    if (h.size() > 7 && strncasecmp(h.c_str(), "bearer ", 7) == 0) given = h.substr(7);
+    if (given.empty()) given = req.get_header_value("X-Api-Key");
+    if (!given.empty() && consteq(given, key)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401,
+                             h.empty() && !req.has_header("X-Api-Key")
+                                 ? "missing API key: send 'Authorization: Bearer <key>'"
+                                 : "invalid API key",
+                             "authentication_error", std::nullopt, "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Every route, registered below. A known path asked with another method is a 405 with an Allow
