@@ -350,14 +350,25 @@ TEST_F(ServeE2E, EngineQueueBoundAndCancel) {
   EXPECT_TRUE(eng.submit(jb));                           // waits in the queue
   EXPECT_FALSE(eng.submit(make_job(lm, "Lily", 8, c)));  // queue full → 429
   EXPECT_EQ(eng.stats().waiting, 1u);
+  // A queued client that hangs up gives its place back at once (not when a slot frees): the next
+  // submit finds it cancelled, and its on_done says so.
+  auto d = std::make_shared<Collected>();
+  jb->cancel = true;
+  auto jd = make_job(lm, "The dog", 8, d);
+  EXPECT_TRUE(eng.submit(jd));
+  wait_done(*b);
+  EXPECT_EQ(b->finish, "cancelled");
+  EXPECT_EQ(b->tokens, 0u);
+  EXPECT_EQ(eng.stats().waiting, 1u);
+  EXPECT_EQ(eng.stats().cancelled, 1u);
   ja->cancel = true;  // honoured at the next step
   gate->release();
   wait_done(*a);
   EXPECT_EQ(a->finish, "cancelled");
   EXPECT_LE(a->tokens, 1u);
-  wait_done(*b);
-  EXPECT_EQ(b->finish, "length");
-  EXPECT_EQ(b->tokens, 8u);
+  wait_done(*d);
+  EXPECT_EQ(d->finish, "length");
+  EXPECT_EQ(d->tokens, 8u);
 }
 
 // ---- the HTTP server -------------------------------------------------------------------------

@@ -87,15 +87,40 @@ Engine::~Engine() {
   thread_.join();
 }
 
+void Engine::drop_cancelled_waiting(std::vector<std::shared_ptr<Job>>& out) {
+  for (auto it = waiting_.begin(); it != waiting_.end();)
+    if ((*it)->cancel.load()) {
+      out.push_back(std::move(*it));
+      it = waiting_.erase(it);
+      ++completed_;
+      ++cancelled_;
+    } else {
+      ++it;
+    }
+}
+
+void Engine::notify_dropped(const std::vector<std::shared_ptr<Job>>& jobs) {
+  for (const auto& j : jobs) try {
+      if (j->on_done) j->on_done("cancelled", 0, "");
+    } catch (...) {
+    }
+}
+
 bool Engine::submit(std::shared_ptr<Job> job) {
+  std::vector<std::shared_ptr<Job>> dropped;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> g(mu_);
+    drop_cancelled_waiting(dropped);
     // A job may wait only when every slot is busy and the queue has room.
-    if (active_ + waiting_.size() >= opt_.parallel + opt_.queue) return false;
-    waiting_.push_back(std::move(job));
+    if (active_ + waiting_.size() < opt_.parallel + opt_.queue) {
+      waiting_.push_back(std::move(job));
+      queued = true;
+    }
   }
-  cv_.notify_all();
-  return true;
+  notify_dropped(dropped);
+  if (queued) cv_.notify_all();
+  return queued;
 }
 
 EngineStats Engine::stats() const {
@@ -154,11 +179,13 @@ TokenLogprob logprob_of(std::span<const float> logits, uint32_t id, int top) {
 
 void Engine::loop() {
   std::vector<Slot*> active;
+  std::vector<std::shared_ptr<Job>> dropped;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || active_ > 0; });
       if (stop_) break;
+      drop_cancelled_waiting(dropped);  // checked every step: a queued client that left frees its place
       // Admit waiting jobs into free slots (joins happen between steps): each goes to the free
       // slot whose cache holds the longest prefix of its prompt under the same mask (ties: the
       // slot with the least cached, so longer caches survive for later jobs).
@@ -203,6 +230,8 @@ void Engine::loop() {
         x.pending_lp.clear();
       }
     }
+    notify_dropped(dropped);
+    dropped.clear();
     active.clear();
     for (auto& s : slots_)
       if (s->job) {

@@ -150,6 +150,11 @@ class Engine {
   struct Slot;
   void loop();
   void finish(Slot& s, const std::string& reason, const std::string& error = {});
+  /// Moves the waiting jobs whose client has gone (cancel set) out of the queue into `out`, counted
+  /// as completed and cancelled; mu_ held. Their on_done is called after unlocking
+  /// (notify_dropped), so a client that hangs up while queued frees its place at once.
+  void drop_cancelled_waiting(std::vector<std::shared_ptr<Job>>& out);
+  static void notify_dropped(const std::vector<std::shared_ptr<Job>>& jobs);
 
   runtime::LoadedModel& lm_;
   EngineOptions opt_;
