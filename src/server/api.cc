@@ -9,6 +9,8 @@
 #include <mutex>
 #include <random>
 
+#include "cmf/hash.h"
+
 namespace cortiq::server {
 
 namespace {
@@ -534,8 +536,33 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested, const To
   return out;
 }
 
+std::string mistral_call_id(const std::string& id) {
+  const bool ok =
+      id.size() == 9 && std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isalnum(c); });
+  if (ok) return id;
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  uint64_t h = cmf::hash64(id);
+  std::string out(9, 'a');
+  for (char& c : out) {  // 62^9 ≈ 1.35e16 < 2^64
+    c = kAlnum[h % 62];
+    h /= 62;
+  }
+  return out;
+}
+
+void mistral_call_ids(ojson& messages) {
+  for (auto& m : messages) {
+    if (auto tc = m.find("tool_calls"); tc != m.end() && tc->is_array())
+      for (auto& call : *tc)
+        if (call.contains("id") && call["id"].is_string())
+          call["id"] = mistral_call_id(call["id"].get<std::string>());
+    if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string())
+      *id = mistral_call_id(id->get<std::string>());
+  }
+}
+
 std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, ToolFormat format,
-                               bool mistral_args) {
+                               bool mistral_args, bool mistral_space) {
   if (!has_tools || tool_choice == "auto" || tool_choice == "none" || format == ToolFormat::Any) return "";
   const bool named = tool_choice != "required";
   const std::string name = named ? tool_choice : "";
@@ -544,7 +571,8 @@ std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, T
       return "<tool_call>\n{\"name\": \"" + (named ? name + "\", \"arguments\": " : "");
     case ToolFormat::Mistral:
       if (mistral_args) return "[TOOL_CALLS]" + (named ? name + "[ARGS]" : "");
-      return "[TOOL_CALLS] [{\"name\": \"" + (named ? name + "\", \"arguments\": " : "");
+      return std::string(mistral_space ? "[TOOL_CALLS] [" : "[TOOL_CALLS][") + "{\"name\": \"" +
+             (named ? name + "\", \"arguments\": " : "");
     case ToolFormat::BareJson:
       return "{\"name\": \"" + (named ? name + "\", \"parameters\": " : "");
     case ToolFormat::Any:

@@ -141,8 +141,19 @@ ToolParse parse_tool_calls(std::string_view text, bool tools_requested, const To
 /// function, `NAME", "arguments": ` (BareJson: `"parameters"`). "" for auto / none, no tools, or
 /// Any. The generated text is parsed with this prefix in front of it. Prefix forcing, not
 /// constrained decoding: the model still chooses the rest.
+/// `mistral_space`: the v3 form's template writes `[TOOL_CALLS] [` (Mistral 7B v0.3) rather than
+/// `[TOOL_CALLS][` (Mistral Nemo): the prefix follows the template's spelling.
 std::string forced_tool_prefix(const std::string& tool_choice, bool has_tools, ToolFormat format,
-                               bool mistral_args);
+                               bool mistral_args, bool mistral_space = true);
+
+/// Mistral's chat templates accept only 9-character alphanumeric tool-call ids (they raise for
+/// "call_…" ids from OpenAI or other servers): `id` itself when it is one, else 9 alphanumerics
+/// derived from hash64(id), so a call and the tool message answering it map to the same id.
+std::string mistral_call_id(const std::string& id);
+
+/// Rewrites every tool-call id in `messages` (assistant tool_calls[].id, tool messages'
+/// tool_call_id) with mistral_call_id.
+void mistral_call_ids(ojson& messages);
 
 /// Position where tool-call markup of `format` may begin in partially generated `text` (so a stream
 /// holds back everything from there), or npos. Considers the markers above and, for BareJson / Any

@@ -399,6 +399,8 @@ TEST(ToolCalls, ForcedPrefixPerFormat) {
   EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Mistral, true), "[TOOL_CALLS]f[ARGS]");
   EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Mistral, false),
             "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": ");
+  EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::Mistral, false, false),  // Nemo's spelling
+            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": ");
   EXPECT_EQ(forced_tool_prefix("f", true, ToolFormat::BareJson, false), "{\"name\": \"f\", \"parameters\": ");
   // prefix + a plausible continuation parses as the forced call
   const auto p =
@@ -406,6 +408,38 @@ TEST(ToolCalls, ForcedPrefixPerFormat) {
                        true, {ToolFormat::Hermes, {"f"}});
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(p.calls[0].name, "f");
+}
+
+// Mistral's templates raise for ids other than 9 alphanumerics: OpenAI-style "call_…" ids of a
+// replayed conversation are mapped (the same id to the same 9 characters in the call and in the tool
+// message answering it), and Mistral Nemo's template then renders the round trip.
+TEST(ToolCalls, MistralCallIdsAreMappedToNineAlphanumerics) {
+  EXPECT_EQ(mistral_call_id("Ab3dE6gh9"), "Ab3dE6gh9");
+  const std::string m = mistral_call_id("call_abc123def456");
+  EXPECT_EQ(m.size(), 9u);
+  for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << m;
+  EXPECT_EQ(mistral_call_id("call_abc123def456"), m);
+  EXPECT_NE(mistral_call_id("call_abc123def457"), m);
+  auto r = parse_chat_request(J(R"({"messages":[{"role":"user","content":"Weather in Paris?"},
+    {"role":"assistant","content":null,"tool_calls":[{"id":"call_abc123def456","type":"function",
+      "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+    {"role":"tool","tool_call_id":"call_abc123def456","content":"18 C"}]})"));
+  mistral_call_ids(r.messages);
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["id"], m);
+  EXPECT_EQ(r.messages[2]["tool_call_id"], m);
+  const std::string cfg_path =
+      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-mistral-nemo/tokenizer_config.json";
+  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
+  std::ifstream f(cfg_path);
+  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  ChatRequest cr;
+  cr.messages = r.messages;
+  const std::string out = tpl.apply(cr);
+  EXPECT_NE(
+      out.find("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"" +
+               m + "\"}]"),
+      std::string::npos)
+      << out;
 }
 
 // OpenAI's message rules: a tool message answers a call id, user/system/tool messages have content,

@@ -111,6 +111,7 @@ class Service {
       tmpl_.emplace(*lm_.bundle.chat_template, bos, eos);
       tool_format_ = tool_format_of(*lm_.bundle.chat_template);
       mistral_args_ = lm_.bundle.chat_template->find("[ARGS]") != std::string::npos;
+      mistral_space_ = lm_.bundle.chat_template->find("[TOOL_CALLS][") == std::string::npos;
       reasoning_ = opt_.split_reasoning && template_has_reasoning(*lm_.bundle.chat_template);
     }
     for (const char* s : {"[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
@@ -242,7 +243,8 @@ class Service {
       for (const auto& t : r.tools) tctx.names.push_back(t["function"]["name"].get<std::string>());
     // tool_choice required / a name: the answer starts with the call's opening (forced_tool_prefix),
     // and the generated text is parsed with it in front.
-    const std::string forced = forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_);
+    const std::string forced =
+        forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_, mistral_space_);
     const std::string prompt = render(r) + forced;
     // a generation prompt ending in <think> (DeepSeek-R1, QwQ) starts the answer inside the block
     const bool think_inside = reasoning_ && forced.empty() && prompt_opens_reasoning(prompt);
@@ -568,6 +570,7 @@ class Service {
     if (!tmpl_) throw ApiError(400, "this model has no chat template: use /v1/completions with a raw prompt");
     ChatRequest cr;
     cr.messages = r.messages;
+    if (tool_format_ == ToolFormat::Mistral) mistral_call_ids(cr.messages);  // its templates want 9 alnum ids
     cr.tools = r.tools;
     cr.enable_thinking = r.enable_thinking;
     try {
@@ -695,8 +698,10 @@ class Service {
   std::optional<ChatTemplate> tmpl_;
   ToolFormat tool_format_ = ToolFormat::Any;  ///< the template's tool-call syntax (tool_format_of)
   bool mistral_args_ = false;                 ///< Mistral v11+ template: `[TOOL_CALLS]name[ARGS]{…}`
-  bool reasoning_ =
-      false;  ///< split `<think>` blocks into reasoning_content (ServerOptions::split_reasoning)
+  /// The template writes `[TOOL_CALLS] [` (Mistral 7B v0.3), not `[TOOL_CALLS][` (Nemo).
+  bool mistral_space_ = true;
+  /// Split `<think>` blocks into reasoning_content (ServerOptions::split_reasoning).
+  bool reasoning_ = false;
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
 };
