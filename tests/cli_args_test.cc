@@ -140,6 +140,21 @@ TEST_F(CliArgs, RunKeepsTheLeadingSpaceOfTheContinuation) {
   EXPECT_NE(out.find("\n time\n[1 tokens"), std::string::npos) << out;
 }
 
+// ppl --mode prefix: the default --tokens (1024) above the model's 512 positions scores 512 with a
+// note (it failed, blaming --ctx); --ctx, a chunked-mode flag, is refused there instead of ignored.
+TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
+  ASSERT_TRUE(ok_);
+  const fs::path text = dir_ / "ppl.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 120; ++i) f << "Once upon a time there was a little girl named Lily. ";
+  }
+  const std::string out = ran("ppl " + model_ + " -f " + text.string() + " --mode prefix --threads 1");
+  EXPECT_NE(out.find("scoring 512"), std::string::npos) << out;
+  EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
+  refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
+}
+
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.
 TEST_F(CliArgs, TokenizeEscapesPieces) {
   ASSERT_TRUE(ok_);

@@ -16,6 +16,7 @@ namespace {
 struct PplArgs {
   std::string model, file, mode = "chunked";
   size_t ctx = 512, batch = 0, tokens = 1024;
+  bool ctx_given = false;     ///< --ctx on the command line (chunked mode only)
   runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, -t
 };
 
@@ -25,8 +26,11 @@ void ppl_cmd(const PplArgs& a) {
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
+  if (a.mode == "prefix" && a.ctx_given)
+    fail(ErrorKind::InvalidArgument,
+         "--ctx sets the chunk length of chunked mode; prefix mode takes --tokens");
   runtime::LoadOptions lo = a.load;
-  lo.ctx = a.mode == "prefix" ? a.tokens : a.ctx;
+  lo.ctx = a.mode == "prefix" ? 0 : a.ctx;  // prefix: the model's context, --tokens checked below
   runtime::LoadedModel lm = runtime::load_model(a.model, lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
   runtime::PplResult r;
@@ -39,9 +43,15 @@ void ppl_cmd(const PplArgs& a) {
     std::printf("chunks: %zu x %zu tokens (text: %zu tokens), scored the second half of each\n", r.chunks,
                 a.ctx, ids.size());
   } else if (a.mode == "prefix") {
-    if (ids.size() > a.tokens) ids.resize(a.tokens);
-    if (ids.size() > lm.model->arch().max_position_embeddings)
-      ids.resize(lm.model->arch().max_position_embeddings);
+    const uint64_t maxpos = lm.model->arch().max_position_embeddings;
+    size_t limit = a.tokens;
+    if (maxpos && limit > maxpos) {
+      std::fprintf(
+          stderr, "note: --tokens %zu exceeds this model's max_position_embeddings (%llu): scoring %llu\n",
+          a.tokens, static_cast<unsigned long long>(maxpos), static_cast<unsigned long long>(maxpos));
+      limit = static_cast<size_t>(maxpos);
+    }
+    if (ids.size() > limit) ids.resize(limit);
     r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16);
   } else {
     fail(ErrorKind::InvalidArgument, "--mode must be 'chunked' or 'prefix' (got '{}')", a.mode);
@@ -55,10 +65,13 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file")->required();
-  c->add_option("--ctx", a->ctx, "chunk length in tokens (chunked mode, 512)");
+  c->add_option("--ctx", a->ctx, "chunk length in tokens (chunked mode, 512)")->each([a](const std::string&) {
+    a->ctx_given = true;
+  });
   c->add_option("--batch", a->batch, "positions per forward call (0 = whole chunk)");
   c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
-  c->add_option("--tokens", a->tokens, "prefix mode: max tokens (1024)");
+  c->add_option("--tokens", a->tokens,
+                "prefix mode: tokens scored from the start of the text (1024, at most the model's context)");
   add_load_flags(c, a->load);
   c->add_option("-t,--task", a->load.task, "task mask name, or 'off'");
   c->callback([a] { ppl_cmd(*a); });
