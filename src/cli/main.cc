@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   std::stable_sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (auto& c : cmds) c.setup(app);
   cortiq::cli::guard_unsigned_options(app);
+  cortiq::remove_temporaries_on_signals();  // an interrupted convert / requant leaves no .tmp file
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

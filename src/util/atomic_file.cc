@@ -1,9 +1,12 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,15 +17,61 @@
 
 namespace cortiq {
 
+namespace {
+// Temporaries a signal handler may unlink: a fixed table (no allocation, no locks in the handler).
+// state 0 = free, 1 = being filled or emptied, 2 = holds a path.
+constexpr int kTempSlots = 32;
+struct TempSlot {
+  std::atomic<int> state{0};
+  char path[4096];
+};
+TempSlot g_temps[kTempSlots];
+
+int register_temp(const std::string& path) {
+  if (path.size() >= sizeof(TempSlot::path)) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int free = 0;
+    if (g_temps[i].state.compare_exchange_strong(free, 1)) {
+      std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
+      g_temps[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;  // more than kTempSlots open at once: this one is not cleaned on a signal
+}
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temps[slot].state.store(0);
+}
+extern "C" void remove_temporaries_and_die(int sig) {
+  for (auto& t : g_temps)
+    if (t.state.load() == 2) ::unlink(t.path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+}  // namespace
+
+void remove_temporaries_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = remove_temporaries_and_die;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
 AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
   temp_path_ = final_path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(ErrorKind::Io, "cannot create '{}': {}", temp_path_, std::strerror(errno));
+  slot_ = register_temp(temp_path_);
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_path_.c_str());
+  unregister_temp(slot_);
 }
 
 static void pwrite_all(int fd, const uint8_t* p, size_t n, uint64_t off, const std::string& path) {
@@ -72,6 +121,8 @@ void AtomicFile::commit() {
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
     fail(ErrorKind::Io, "rename '{}' -> '{}' failed: {}", temp_path_, final_path_, std::strerror(errno));
   committed_ = true;
+  unregister_temp(slot_);  // renamed: nothing left for a signal to remove
+  slot_ = -1;
   std::filesystem::path dir = std::filesystem::path(final_path_).parent_path();
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

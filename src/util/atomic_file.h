@@ -35,10 +35,16 @@ class AtomicFile {
 
  private:
   std::string final_path_, temp_path_;
+  int slot_ = -1;  ///< this temporary's entry in the signal-cleanup registry (-1: none)
   int fd_ = -1;
   uint64_t size_ = 0;
   bool committed_ = false;
 };
+
+/// Makes SIGINT, SIGTERM and SIGHUP remove every AtomicFile temporary still open before the process
+/// ends with that signal (so an interrupted `convert` leaves no multi-GB `.tmp.<pid>` file behind).
+/// Installs handlers only for signals still at their default disposition. Idempotent.
+void remove_temporaries_on_signals();
 
 /// Writes `bytes` to `path` atomically (temp + fsync + rename).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);

@@ -1,0 +1,70 @@
+// AtomicFile: the final name appears only on commit; an abandoned or interrupted write leaves no
+// temporary behind (DESIGN: writers never leave a half-written output under the final name).
+#include "util/atomic_file.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace cortiq {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const char* name) {
+  const fs::path d = fs::temp_directory_path() / ("cortiq_atomic_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d / name;
+}
+
+TEST(AtomicFile, CommitRenamesAndAbandonRemoves) {
+  const fs::path out = scratch("a.bin");
+  {
+    AtomicFile f(out.string());
+    f.write("abc", 3);
+    EXPECT_TRUE(fs::exists(f.temp_path()));
+    EXPECT_FALSE(fs::exists(out));
+    f.commit();
+    EXPECT_FALSE(fs::exists(f.temp_path()));
+  }
+  EXPECT_EQ(fs::file_size(out), 3u);
+  std::string temp;
+  {
+    AtomicFile f(scratch("b.bin").string());
+    f.write("x", 1);
+    temp = f.temp_path();
+  }  // no commit: an error path
+  EXPECT_FALSE(fs::exists(temp));
+  EXPECT_FALSE(fs::exists(scratch("b.bin")));
+  fs::remove_all(out.parent_path());
+}
+
+// A process killed by SIGTERM (or SIGINT, SIGHUP) in the middle of a write removes its temporary and
+// still dies of that signal.
+TEST(AtomicFile, SignalRemovesTheTemporary) {
+  const fs::path out = scratch("c.bin");
+  const std::string temp = out.string() + ".tmp.";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGTERM, SIG_DFL);
+    remove_temporaries_on_signals();
+    AtomicFile f(out.string());
+    f.write("partial", 7);
+    ::raise(SIGTERM);
+    ::_exit(0);  // not reached
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
+  EXPECT_FALSE(fs::exists(temp + std::to_string(pid)));
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(out.parent_path());
+}
+
+}  // namespace
+}  // namespace cortiq
