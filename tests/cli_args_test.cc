@@ -155,6 +155,20 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
 }
 
+// A prompt longer than the context: the hint offers --ctx only while the model allows more, and
+// NaN or a negative top-k is refused like any other out-of-range sampling value.
+TEST_F(CliArgs, LongPromptHintAndSamplingValues) {
+  ASSERT_TRUE(ok_);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "Once upon a time ";
+  refused("run " + model_ + " --ctx 64 -n 1 --threads 1 -p '" + words + "'",
+          "(raise --ctx, up to 512, or shorten it)");
+  refused("run " + model_ + " -n 1 --threads 1 -p '" + words + "'",
+          "the context is 512, this model's max_position_embeddings: shorten it");
+  refused("run " + model_ + " -p x -n 1 --temperature nan", "--temperature: must be ≥ 0, got nan");
+  refused("run " + model_ + " -p x -n 1 --top-k -5", "--top-k: must be ≥ 0, got -5");
+}
+
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.
 TEST_F(CliArgs, TokenizeEscapesPieces) {
   ASSERT_TRUE(ok_);

@@ -40,7 +40,7 @@ CLI::Validator non_negative() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         const auto v = number_of(s);
-        return v && *v < 0 ? "must be ≥ 0, got " + s : std::string();
+        return v && !(*v >= 0) ? "must be ≥ 0, got " + s : std::string();  // NaN too
       },
       "", "NON_NEGATIVE");
 }

@@ -127,7 +127,7 @@ void setup(CLI::App& root) {
   c->add_option("-n,--max-tokens", a->n, "tokens to generate (256)");
   c->add_flag("--greedy", a->greedy, "argmax decoding (temperature 0, repetition penalty 1)");
   c->add_option("--temperature", a->temperature, "sampling temperature (0.7)")->check(non_negative());
-  c->add_option("--top-k", a->top_k, "top-k (40; 0 = off)");
+  c->add_option("--top-k", a->top_k, "top-k (40; 0 = off)")->check(non_negative());
   c->add_option("--top-p", a->top_p, "top-p (0.9; 1 = off)")->check(in_range(0, 1));
   c->add_option("--min-p", a->min_p, "min-p (0.05; 0 = off)")->check(in_range(0, 1));
   c->add_option("--repeat-penalty,--rep-penalty", a->repeat_penalty, "repetition penalty (1.1)")

@@ -130,10 +130,16 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   if (prompt.empty()) fail(ErrorKind::InvalidArgument, "empty prompt");
-  if (prompt.size() >= kv_.capacity())
+  if (prompt.size() >= kv_.capacity()) {
+    const uint64_t maxpos = lm_->model->arch().max_position_embeddings;
+    if (maxpos && kv_.capacity() >= maxpos)  // --ctx cannot go higher: say so instead of suggesting it
+      fail(ErrorKind::InvalidArgument,
+           "the prompt is {} tokens but the context is {}, this model's max_position_embeddings: shorten it",
+           prompt.size(), kv_.capacity());
     fail(ErrorKind::InvalidArgument,
-         "the prompt is {} tokens but the context is {} (raise --ctx or shorten it)", prompt.size(),
-         kv_.capacity());
+         "the prompt is {} tokens but the context is {} (raise --ctx{} or shorten it)", prompt.size(),
+         kv_.capacity(), maxpos ? fmt::format(", up to {},", maxpos) : std::string());
+  }
   GenerateResult res;
   res.prompt_tokens = prompt.size();
   // Reuse the shared prefix of the KV cache (ENGINE-NOTES §3.14); at least one token must run.
