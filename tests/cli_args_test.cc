@@ -175,6 +175,8 @@ TEST_F(CliArgs, TokenizeEscapesPieces) {
   const fs::path in = dir_ / "pieces.txt";
   std::ofstream(in) << "a\nb\t'\\";
   const std::string out = ran("tokenize " + model_ + " --no-special -f " + in.string());
+  // SentencePiece word starts show as a space, as llama-tokenize prints them (" He", not "He")
+  EXPECT_NE(ran("tokenize " + model_ + " --no-special --text ' Hello'").find("-> ' He'"), std::string::npos);
   for (const char* piece : {"'\\n'", "'\\t'", "'\\''", "'\\\\'"})
     EXPECT_NE(out.find(piece), std::string::npos) << out;
   // one line per token

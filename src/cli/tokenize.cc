@@ -102,8 +102,8 @@ void run(const TokenizeArgs& a) {
     return;
   }
   for (uint32_t id : ids) {
-    uint32_t one[1] = {id};
-    const std::string piece = escape_piece(tok->decode(one, false));
+    // the text the token adds inside a text (llama-tokenize's piece): SentencePiece's "▁He" is " He"
+    const std::string piece = escape_piece(tok->token_text(id));
     std::string line = fmt::format("{:6} -> '{}'\n", id, piece);
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
