@@ -3,6 +3,7 @@
 // and its PositiveNumber prints the whole double range), and the model-level refusals name the
 // limit. Uses the embedded models/stories260K (converted once to a temporary f32 file).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,6 +168,18 @@ TEST_F(CliArgs, LongPromptHintAndSamplingValues) {
           "the context is 512, this model's max_position_embeddings: shorten it");
   refused("run " + model_ + " -p x -n 1 --temperature nan", "--temperature: must be ≥ 0, got nan");
   refused("run " + model_ + " -p x -n 1 --top-k -5", "--top-k: must be ≥ 0, got -5");
+}
+
+// Usage errors exit 2 (CLI11's own codes are 105–114); an unknown command is named as such.
+TEST_F(CliArgs, UsageErrorsExitTwo) {
+  int rc = 0;
+  std::string out = cli("frobnicate", rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_NE(out.find("unknown command 'frobnicate'; commands: "), std::string::npos) << out;
+  out = cli("run -p x", rc);  // no model
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  out = cli("--help", rc);
+  EXPECT_EQ(rc, 0) << out;
 }
 
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.

@@ -81,10 +81,26 @@ int main(int argc, char** argv) {
   for (auto& c : cmds) c.setup(app);
   cortiq::cli::guard_unsigned_options(app);
   cortiq::remove_temporaries_on_signals();  // an interrupted convert / requant leaves no .tmp file
+  if (argc > 1 && argv[1][0] != '-') {      // CLI11 alone says "A subcommand is required" for a typo
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sc : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sc->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sc->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "Error: unknown command '%s'; commands: %s (cortiq --help)\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (help and version too); a usage error exits 2, as getopt tools do
+    // (CLI11's own codes are 105–114)
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   } catch (const cortiq::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "Error: %s\n", e.what());
