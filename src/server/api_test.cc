@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "tokenizer/chat_template.h"
 
@@ -14,6 +15,15 @@ namespace {
 
 ojson J(const char* s) {
   return ojson::parse(s);
+}
+
+/// The chat template of ../shared/models/tokenizer-NAME (nullopt when ../shared is missing).
+std::optional<ChatTemplate> shared_template(const std::string& name) {
+  const std::string path =
+      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-" + name + "/tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::ifstream f(path);
+  return ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
 }
 
 int status_of(const std::function<void()>& f, std::string* param = nullptr) {
@@ -68,11 +78,9 @@ TEST(ChatRequest, NullOrMissingContentWithToolCalls) {  // SRV-3
   EXPECT_TRUE(a.messages[1]["tool_calls"][0]["function"]["arguments"].is_object());  // string parsed
   EXPECT_EQ(a.messages[2]["tool_call_id"], "c1");
 
-  const std::string cfg_path =
-      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-qwen3/tokenizer_config.json";
-  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
-  std::ifstream f(cfg_path);
-  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  const auto shared = shared_template("qwen3");
+  if (!shared) GTEST_SKIP() << "../shared missing";
+  const ChatTemplate& tpl = *shared;
   for (const auto* r : {&a, &b}) {
     ChatRequest cr;
     cr.messages = r->messages;
@@ -93,11 +101,9 @@ TEST(ChatRequest, AssistantReasoningContentReachesTheTemplate) {
      "tool_calls":[{"id":"c1","type":"function","function":{"name":"get_secret_number","arguments":"{}"}}]},
     {"role":"tool","tool_call_id":"c1","content":"42.69"}]})"));
   EXPECT_EQ(r.messages[1]["reasoning_content"], "I should call the tool.");
-  const std::string cfg_path =
-      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-qwen3/tokenizer_config.json";
-  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
-  std::ifstream f(cfg_path);
-  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  const auto shared = shared_template("qwen3");
+  if (!shared) GTEST_SKIP() << "../shared missing";
+  const ChatTemplate& tpl = *shared;
   EXPECT_TRUE(template_has_reasoning(tpl.source()));
   ChatRequest cr;
   cr.messages = r.messages;
@@ -427,11 +433,9 @@ TEST(ToolCalls, MistralCallIdsAreMappedToNineAlphanumerics) {
   mistral_call_ids(r.messages);
   EXPECT_EQ(r.messages[1]["tool_calls"][0]["id"], m);
   EXPECT_EQ(r.messages[2]["tool_call_id"], m);
-  const std::string cfg_path =
-      std::string(CORTIQ_SOURCE_DIR) + "/../shared/models/tokenizer-mistral-nemo/tokenizer_config.json";
-  if (!std::filesystem::exists(cfg_path)) GTEST_SKIP() << "../shared missing";
-  std::ifstream f(cfg_path);
-  auto tpl = ChatTemplate::from_tokenizer_config(nlohmann::ordered_json::parse(f));
+  const auto shared = shared_template("mistral-nemo");
+  if (!shared) GTEST_SKIP() << "../shared missing";
+  const ChatTemplate& tpl = *shared;
   ChatRequest cr;
   cr.messages = r.messages;
   const std::string out = tpl.apply(cr);
