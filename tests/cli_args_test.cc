@@ -168,6 +168,7 @@ TEST_F(CliArgs, LongPromptHintAndSamplingValues) {
           "the context is 512, this model's max_position_embeddings: shorten it");
   refused("run " + model_ + " -p x -n 1 --temperature nan", "--temperature: must be ≥ 0, got nan");
   refused("run " + model_ + " -p x -n 1 --top-k -5", "--top-k: must be ≥ 0, got -5");
+  refused("bench " + model_ + " -p 600 -n 0 -r 1 -t 1", "this model has 512 positions");
 }
 
 // Usage errors exit 2 (CLI11's own codes are 105–114); an unknown command is named as such.
@@ -180,6 +181,26 @@ TEST_F(CliArgs, UsageErrorsExitTwo) {
   EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
   out = cli("--help", rc);
   EXPECT_EQ(rc, 0) << out;
+}
+
+// diff exits 1 when the files differ (as diff(1)) and prints both shapes of a changed tensor; sign
+// refuses a file that is not CMF.
+TEST_F(CliArgs, DiffExitStatusAndSignChecksTheFile) {
+  ASSERT_TRUE(ok_);
+  int rc = 0;
+  std::string out = cli("diff " + model_ + " " + model_, rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(" 0 changed, 0 only in a, 0 only in b"), std::string::npos) << out;
+  const fs::path q8 = dir_ / "diff_q8.cmf";
+  ran("requant " + model_ + " --quant q8 -o " + q8.string());
+  out = cli("diff " + model_ + " " + q8.string(), rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("~ model.layers.0.mlp.up_proj.weight (f32 [172, 64] "), std::string::npos) << out;
+  EXPECT_NE(out.find("-> q8_row [172, 64] "), std::string::npos) << out;
+  const fs::path txt = dir_ / "not.cmf";
+  std::ofstream(txt) << "hello";
+  refused("sign " + txt.string() + " --key " + (dir_ / "k.key").string(), "InvalidMagic");
+  EXPECT_FALSE(fs::exists(txt.string() + ".sig"));
 }
 
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.

@@ -1,4 +1,7 @@
-// `cortiq diff <a> <b>` — compare two CMF files by tensor name and hash64.
+// `cortiq diff <a> <b>` — compare two CMF files by tensor name, dtype, shape and hash64; exit 1
+// when they differ (as diff(1)), 0 when they hold the same tensors and header.
+#include <fmt/ranges.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,10 +27,10 @@ void setup_diff(CLI::App& root) {
         std::printf("- %s\n", t.name.c_str());
         ++only_a;
       } else if (u->hash != t.hash || u->dtype != t.dtype || u->shape != t.shape || u->nbytes != t.nbytes) {
-        std::printf("~ %s (%s %016llx -> %s %016llx)\n", t.name.c_str(),
-                    std::string(quant::dtype_name(t.dtype)).c_str(), static_cast<unsigned long long>(t.hash),
-                    std::string(quant::dtype_name(u->dtype)).c_str(),
-                    static_cast<unsigned long long>(u->hash));
+        std::printf("~ %s (%s %s %016llx -> %s %s %016llx)\n", t.name.c_str(),
+                    std::string(quant::dtype_name(t.dtype)).c_str(), fmt::format("{}", t.shape).c_str(),
+                    static_cast<unsigned long long>(t.hash), std::string(quant::dtype_name(u->dtype)).c_str(),
+                    fmt::format("{}", u->shape).c_str(), static_cast<unsigned long long>(u->hash));
         ++changed;
       } else {
         ++same;
@@ -41,6 +44,9 @@ void setup_diff(CLI::App& root) {
     const bool hdr = cmf::serialize_header(a.header()) != cmf::serialize_header(b.header());
     if (hdr) std::printf("~ header differs\n");
     std::printf("%zu identical, %zu changed, %zu only in a, %zu only in b\n", same, changed, only_a, only_b);
+    std::fflush(stdout);
+    // as diff(1) and cmp(1): exit 1 when the files differ
+    if (hdr || changed || only_a || only_b) throw CLI::RuntimeError(1);
   });
 }
 

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a command's own exit status (diff: files differ)
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message (help and version too); a usage error exits 2, as getopt tools do
     // (CLI11's own codes are 105–114)

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cmf/reader.h"
 #include "cmf/signature.h"
 
 namespace cortiq::cli {
@@ -23,6 +24,7 @@ void setup_sign(CLI::App& root) {
                 "key file: 64 hex chars (32-byte seed); created from OS randomness if missing")
       ->capture_default_str();
   c->callback([o] {
+    (void)cmf::Reader::open(o->file);  // a CMF file (its typed error otherwise), not any file
     const auto seed = cmf::load_or_create_signing_key(o->key);
     const std::string pub = cmf::sign_file(o->file, seed);
     std::printf("signed: %s.sig\n", o->file.c_str());

@@ -368,6 +368,10 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       return ids;
     };
     const size_t cap = std::max<size_t>({opt.n_prompt, opt.n_gen, 16}) + 1;
+    // positions past max_position_embeddings are no test of the model (run and ppl refuse them too)
+    if (const uint64_t maxpos = m.arch().max_position_embeddings; maxpos && cap - 1 > maxpos)
+      fail(ErrorKind::InvalidArgument, "-p {} / -n {}: this model has {} positions (max_position_embeddings)",
+           opt.n_prompt, opt.n_gen, maxpos);
     model::KvCache kv(m.arch(), cap, false);
     std::vector<float> logits(m.vocab_size());
 
