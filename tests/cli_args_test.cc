@@ -169,6 +169,8 @@ TEST_F(CliArgs, LongPromptHintAndSamplingValues) {
   refused("run " + model_ + " -p x -n 1 --temperature nan", "--temperature: must be ≥ 0, got nan");
   refused("run " + model_ + " -p x -n 1 --top-k -5", "--top-k: must be ≥ 0, got -5");
   refused("bench " + model_ + " -p 600 -n 0 -r 1 -t 1", "this model has 512 positions");
+  // info counts every tensor's elements, as bench and transformers' num_parameters() do (an integer)
+  EXPECT_NE(ran("info " + model_ + " --json").find("\"params\": 260032"), std::string::npos);
 }
 
 // Usage errors exit 2 (CLI11's own codes are 105–114); an unknown command is named as such.

@@ -87,9 +87,9 @@ void run_info(const InfoOpts& o) {
   layers += ")";
   const TensorInfo* head = r.find("lm_head.weight");
   if (!head) head = r.find("model.embed_tokens.weight");
-  double params = 0;
-  for (const auto& t : r.tensors())
-    if (t.shape.size() >= 2) params += static_cast<double>(t.numel());
+  // every tensor's elements, as transformers' num_parameters() and `cortiq bench` count them
+  uint64_t params = 0;
+  for (const auto& t : r.tensors()) params += t.numel();
   const size_t n_masks = r.masks() ? r.masks()->masks.size() : 0;
   const std::string tok = r.vocab().empty() ? "sidecar required" : "embedded";
   // The chat bundle: template present (and its size), BOS and end-of-sequence ids.
@@ -145,12 +145,13 @@ void run_info(const InfoOpts& o) {
                 shape_str(head->shape).c_str());
   std::printf("  Tensors:     %zu\n", r.tensors().size());
   // Billions as the reference prints them; small models in millions/thousands so they don't read 0.00B.
-  if (params >= 1e9)
-    std::printf("  Params:      %.2fB\n", params / 1e9);
-  else if (params >= 1e6)
-    std::printf("  Params:      %.2fM\n", params / 1e6);
+  const double p = static_cast<double>(params);
+  if (p >= 1e9)
+    std::printf("  Params:      %.2fB\n", p / 1e9);
+  else if (p >= 1e6)
+    std::printf("  Params:      %.2fM\n", p / 1e6);
   else
-    std::printf("  Params:      %.2fK\n", params / 1e3);
+    std::printf("  Params:      %.2fK\n", p / 1e3);
   std::printf("  Masks:       %zu\n", n_masks);
   std::printf("  Tokenizer:   %s\n", tok.c_str());
   std::printf("  Chat:        %s\n", chat.c_str());
