@@ -154,6 +154,7 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
   EXPECT_NE(out.find("scoring 512"), std::string::npos) << out;
   EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
+  refused("ppl " + model_ + " -f " + dir_.string(), "it is a folder");
 }
 
 // A prompt longer than the context: the hint offers --ctx only while the model allows more, and
@@ -211,6 +212,12 @@ TEST_F(CliArgs, TokenizeEscapesPieces) {
   const fs::path in = dir_ / "pieces.txt";
   std::ofstream(in) << "a\nb\t'\\";
   const std::string out = ran("tokenize " + model_ + " --no-special -f " + in.string());
+  // an HF folder takes its tokenizer.json; a GGUF file is named as such, not "invalid JSON"
+  EXPECT_EQ(ran("tokenize " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K --text hi --ids-only"),
+            "[1, 270, 417]\n");
+  const fs::path gguf = dir_ / "x.gguf";
+  std::ofstream(gguf) << "GGUF\x03";
+  refused("tokenize " + gguf.string() + " --text hi", "is a GGUF file");
   // SentencePiece word starts show as a space, as llama-tokenize prints them (" He", not "He")
   EXPECT_NE(ran("tokenize " + model_ + " --no-special --text ' Hello'").find("-> ' He'"), std::string::npos);
   for (const char* piece : {"'\\n'", "'\\t'", "'\\''", "'\\\\'"})

@@ -1,6 +1,7 @@
 // `cortiq ppl <model.cmf> -f FILE` — perplexity: llama.cpp's chunked procedure (default) or the
 // reference's prefix procedure (--mode prefix). Result on stdout.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -22,7 +23,9 @@ struct PplArgs {
 
 void ppl_cmd(const PplArgs& a) {
   std::ifstream f(a.file, std::ios::binary);
-  if (!f) fail(ErrorKind::Io, "cannot read '{}'", a.file);
+  if (!f || std::filesystem::is_directory(a.file))
+    fail(ErrorKind::Io, "cannot read '{}'{}", a.file,
+         std::filesystem::is_directory(a.file) ? ": it is a folder" : "");
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();

@@ -5,6 +5,8 @@
 #include <utf8proc.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -75,21 +77,47 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-bool is_cmf(const std::string& path) {
+/// Whether the file starts with the 4 bytes `magic`.
+bool has_magic(const std::string& path, const char (&magic)[5]) {
   std::ifstream f(path, std::ios::binary);
-  char magic[4] = {};
-  f.read(magic, 4);
-  return f.gcount() == 4 && magic[0] == 'C' && magic[1] == 'M' && magic[2] == 'F' && magic[3] == '\x01';
+  char got[4] = {};
+  f.read(got, 4);
+  return f.gcount() == 4 && std::memcmp(got, magic, 4) == 0;
+}
+bool is_cmf(const std::string& path) {
+  return has_magic(path, "CMF\x01");
 }
 
 void run(const TokenizeArgs& a) {
   std::string input = a.file.empty() ? a.text : slurp(a.file);
   std::optional<Tokenizer> tok;
-  if (is_cmf(a.model)) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(a.model)) {  // an HF folder: its tokenizer.json
+    if (!fs::exists(fs::path(a.model) / "tokenizer.json"))
+      fail(ErrorKind::InvalidArgument,
+           "'{}' is a folder without tokenizer.json: give a .cmf or a tokenizer.json", a.model);
+    tok.emplace(Tokenizer::from_file((fs::path(a.model) / "tokenizer.json").string()));
+  } else if (is_cmf(a.model)) {
     cmf::Reader r = cmf::Reader::open(a.model);
     auto v = r.vocab();
-    if (v.empty()) fail(ErrorKind::Parse, "{}: the CMF file has no vocab section (tokenizer.json)", a.model);
-    tok.emplace(Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
+    if (!v.empty()) {
+      try {
+        tok.emplace(
+            Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
+      } catch (const Error& e) {
+        throw Error(e.kind(), fmt::format("{}: the vocab section: {} (`cortiq verify` checks its hash)",
+                                          a.model, e.message()));
+      }
+    } else if (const fs::path side = fs::path(a.model).parent_path() / "tokenizer.json"; fs::exists(side)) {
+      tok.emplace(Tokenizer::from_file(side.string()));  // the sidecar `run` uses too
+    } else {
+      fail(ErrorKind::Parse, "{}: the CMF file has no vocab section and no tokenizer.json beside it",
+           a.model);
+    }
+  } else if (has_magic(a.model, "GGUF")) {
+    fail(ErrorKind::Unsupported,
+         "'{}' is a GGUF file: tokenize takes a .cmf or a tokenizer.json (convert the HF checkpoint)",
+         a.model);
   } else {
     tok.emplace(Tokenizer::from_file(a.model));
   }
