@@ -206,6 +206,20 @@ TEST_F(CliArgs, DiffExitStatusAndSignChecksTheFile) {
   EXPECT_FALSE(fs::exists(txt.string() + ".sig"));
 }
 
+// A --quant-rule that matches nothing, or whose tensors take another dtype, is reported (stories'
+// down_proj has 172 inputs: q4tp needs a multiple of 32, so it falls back to q8_2f).
+TEST_F(CliArgs, QuantRulesThatDoNotApplyAreReported) {
+  ASSERT_TRUE(ok_);
+  const std::string out = ran("convert " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K -o " +
+                              (dir_ / "rules.cmf").string() +
+                              " --quant q8 --quant-rule 'nomatch*=q8' --quant-rule '*down_proj*=q4tp'");
+  EXPECT_NE(out.find("warning: --quant-rule 'nomatch*=q8' matches no tensor"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: --quant-rule '*down_proj*=q4tp': 5 of its 5 tensors are not q4tp"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("→ q8_2f"), std::string::npos) << out;
+}
+
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.
 TEST_F(CliArgs, TokenizeEscapesPieces) {
   ASSERT_TRUE(ok_);

@@ -31,6 +31,7 @@ void requant_cmd(const RequantArgs& a) {
   o.threads = a.threads;
   o.allow_nonfinite = a.allow_nonfinite;
   auto r = convert::requant_file(o);
+  for (const auto& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   for (const auto& p : r.outputs) std::printf("✓ wrote %s\n", p.c_str());
 }
 

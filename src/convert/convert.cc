@@ -164,6 +164,38 @@ void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool
   if (err) std::rethrow_exception(err);
 }
 
+/// Warnings about the plan's --quant-rule entries: a rule that matches no tensor (a typo in the
+/// glob), and tensors a rule names that take another dtype (e.g. q4tp needs in % 32 == 0: q8_2f),
+/// counted per rule with the first tensor's reason.
+void rule_warnings(const QuantPlan& plan, const std::vector<Job>& jobs, std::vector<std::string>& out) {
+  for (const auto& r : plan.rules) {
+    size_t matched = 0, other = 0;
+    const Job* first = nullptr;
+    for (const Job& j : jobs) {
+      // the first matching rule decides (decide()); a later rule shadowed by it is not this rule's
+      const QuantRule* winner = nullptr;
+      for (const auto& q : plan.rules)
+        if (glob_match(q.glob, j.name)) {
+          winner = &q;
+          break;
+        }
+      if (winner != &r) continue;
+      ++matched;
+      if (j.decision.dtype != r.choice.dtype) {
+        if (!first) first = &j;
+        ++other;
+      }
+    }
+    if (matched == 0)
+      out.push_back(
+          fmt::format("--quant-rule '{}' matches no tensor (or only tensors an earlier rule takes)", r.text));
+    else if (other)
+      out.push_back(fmt::format("--quant-rule '{}': {} of its {} tensors are not {} (e.g. '{}': {})", r.text,
+                                other, matched, quant::dtype_name(r.choice.dtype), first->name,
+                                first->decision.reason));
+  }
+}
+
 unsigned resolve_threads(unsigned t) {
   if (t > 0) return t;
   const unsigned hc = std::thread::hardware_concurrency();
@@ -270,6 +302,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
         fmt::format("no tokenizer.json in '{}': the file carries no vocab section", opt.model_dir));
   }
   run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "converting");
+  rule_warnings(opt.plan, jobs, res.warnings);
   res.outputs = w.finish(h);
   res.input_bytes = ckpt.total_bytes();
   res.tensors = jobs.size();
@@ -332,6 +365,7 @@ ConvertResult requant_file(const RequantOptions& opt) {
   if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
   run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "requantizing");
+  rule_warnings(opt.plan, jobs, res.warnings);
   res.outputs = w.finish(h);
   for (const auto& j : jobs) res.input_bytes += j.source_bytes;
   res.tensors = jobs.size();
