@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "cmf/reader.h"
 #include "shell.h"
 
 namespace {
@@ -218,6 +219,21 @@ TEST_F(CliArgs, QuantRulesThatDoNotApplyAreReported) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("→ q8_2f"), std::string::npos) << out;
+}
+
+// A damaged vocab section is named as such (with the file), not as an invalid tokenizer.json.
+TEST_F(CliArgs, DamagedVocabSectionIsNamed) {
+  ASSERT_TRUE(ok_);
+  const fs::path bad = dir_ / "badvocab.cmf";
+  fs::copy_file(model_, bad, fs::copy_options::overwrite_existing);
+  const uint64_t off = cortiq::cmf::Reader::open(model_).envelope(0).vocab.off;
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    f.put('#');  // the JSON's opening brace
+  }
+  refused("run " + bad.string() + " -p x -n 1", bad.string() + ": the vocab section: ");
+  refused("tokenize " + bad.string() + " --text x", bad.string() + ": the vocab section: ");
 }
 
 // Each token's text is printed on one line: a newline, tab, quote or backslash in it is escaped.

@@ -43,8 +43,13 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   // Tokenizer: embedded vocab section, else a sidecar tokenizer.json next to the file.
   const auto vocab = r.vocab();
   if (!vocab.empty()) {
-    lm.tokenizer = std::make_unique<Tokenizer>(
-        Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size())));
+    try {
+      lm.tokenizer = std::make_unique<Tokenizer>(
+          Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size())));
+    } catch (const Error& e) {  // name the file and the section, not a tokenizer.json the user never had
+      throw Error(e.kind(), fmt::format("{}: the vocab section: {} (`cortiq verify` checks its hash)", path,
+                                        e.message()));
+    }
   } else {
     const auto side = std::filesystem::path(path).parent_path() / "tokenizer.json";
     if (std::filesystem::exists(side))
