@@ -509,7 +509,7 @@ TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
     f.seekp(off);
     f.put(c);
   }
-  for (const std::string cmd : {"compact " + bad.string() + " -o " + out.string(),
+  for (const std::string& cmd : {"compact " + bad.string() + " -o " + out.string(),
                                 "requant " + bad.string() + " --quant q4tp -o " + out.string(),
                                 "requant " + bad.string() + " --quant q8 -o " + out.string()}) {
     log = cli(cmd, &rc);
