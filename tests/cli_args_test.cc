@@ -170,6 +170,10 @@ TEST_F(CliArgs, LongPromptHintAndSamplingValues) {
           "the context is 512, this model's max_position_embeddings: shorten it");
   refused("run " + model_ + " -p x -n 1 --temperature nan", "--temperature: must be ≥ 0, got nan");
   refused("run " + model_ + " -p x -n 1 --top-k -5", "--top-k: must be ≥ 0, got -5");
+  refused("verify " + model_ + " --pubkey zz", "--pubkey: must be 64 hex characters");
+  // a single-value flag given twice takes the last value, as getopt tools and llama.cpp do
+  EXPECT_NE(ran("run " + model_ + " -p 'Once upon a' -n 5 -n 2 --greedy --threads 1").find("[2 tokens"),
+            std::string::npos);
   refused("bench " + model_ + " -p 600 -n 0 -r 1 -t 1", "this model has 512 positions");
   // info counts every tensor's elements, as bench and transformers' num_parameters() do (an integer)
   EXPECT_NE(ran("info " + model_ + " --json").find("\"params\": 260032"), std::string::npos);

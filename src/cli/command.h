@@ -54,6 +54,7 @@ CLI::Validator in_range(double lo, double hi);
 /// type is unsigned (CLI11 type name "UINT"): CLI11 2.1 converts "-5" into an unsigned option as
 /// 2^64 − 5 without a word, so `run -n -5` would generate until the context ends. main.cc calls it
 /// once after every command is set up, so new options are covered without a per-option check.
+/// It also makes every single-value option given twice take the last value (`-n 10 -n 20` → 20).
 void guard_unsigned_options(CLI::App& app);
 
 }  // namespace cortiq::cli

@@ -65,8 +65,13 @@ CLI::Validator in_range(double lo, double hi) {
 }
 
 void guard_unsigned_options(CLI::App& app) {
-  for (CLI::Option* o : app.get_options())
+  for (CLI::Option* o : app.get_options()) {
     if (o->get_type_name().rfind("UINT", 0) == 0) o->check(non_negative());
+    // a single-value option given twice takes the last value (`-n 10 -n 20` → 20), as getopt tools
+    // and llama.cpp do; CLI11 refuses it by default
+    if (o->get_items_expected_max() == 1 && o->get_positional() == false)
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) guard_unsigned_options(*sub);
 }
 

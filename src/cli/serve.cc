@@ -26,7 +26,7 @@ void setup(CLI::App& root) {
   o->load.threads = 0;  // all cores, as run and ppl
   add_load_flags(c, o->load);
   c->add_option("--ctx", o->load.ctx,
-                "KV cache capacity per slot in tokens (default min(max_position_embeddings, 4096))");
+                "KV cache capacity per slot in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
   c->add_option(
        "--cors-origin", o->cors_origins,

@@ -56,7 +56,15 @@ void setup_verify(CLI::App& root) {
   auto* c = root.add_subcommand("verify",
                                 "Check envelope, bounds, header/directory/section/tensor hashes and .sig");
   c->add_option("file", o->file, "model .cmf (one file; shards are verified one by one)")->required();
-  c->add_option("--pubkey", o->pubkey, "require the .sig to be made by this Ed25519 public key (hex)");
+  c->add_option("--pubkey", o->pubkey,
+                "require the .sig to be made by this Ed25519 public key (64 hex chars)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const bool hex =
+                v.size() == 64 && v.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+            return hex ? std::string() : "must be 64 hex characters (an Ed25519 public key), got '" + v + "'";
+          },
+          "HEX64"));
   c->callback([o] { run_verify(*o); });
 }
 
