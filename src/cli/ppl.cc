@@ -23,9 +23,8 @@ struct PplArgs {
 
 void ppl_cmd(const PplArgs& a) {
   std::ifstream f(a.file, std::ios::binary);
-  if (!f || std::filesystem::is_directory(a.file))
-    fail(ErrorKind::Io, "cannot read '{}'{}", a.file,
-         std::filesystem::is_directory(a.file) ? ": it is a folder" : "");
+  const bool folder = std::filesystem::is_directory(a.file);  // opens, but reads as empty
+  if (!f || folder) fail(ErrorKind::Io, "cannot read '{}'{}", a.file, folder ? ": it is a folder" : "");
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();

@@ -203,6 +203,12 @@ std::string content_text(const ojson& c, const std::string& where) {
   return out;
 }
 
+/// Length of the longest proper prefix of `tag` that `s` ends with.
+size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
+  for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k)
+    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
+  return 0;
+}
 }  // namespace
 
 ojson error_body(const ApiError& e) {
@@ -590,12 +596,7 @@ size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat
                                                  : ToolFormat::BareJson;
     if (format != ToolFormat::Any && format != of) continue;
     if (size_t p = text.find(mk); p != std::string_view::npos) best = std::min(best, p);
-    // a proper prefix of the marker at the end
-    for (size_t k = std::min(mk.size() - 1, text.size()); k > 0; --k)
-      if (text.substr(text.size() - k) == mk.substr(0, k)) {
-        best = std::min(best, text.size() - k);
-        break;
-      }
+    if (const size_t k = partial_tag_suffix(text, mk); k > 0) best = std::min(best, text.size() - k);
   }
   if (tools_requested && (format == ToolFormat::Any || format == ToolFormat::BareJson)) {
     size_t i = 0;
@@ -608,12 +609,6 @@ size_t tool_markup_start(std::string_view text, bool tools_requested, ToolFormat
 namespace {
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
 
-/// Length of the longest proper prefix of `tag` that `s` ends with.
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
 std::string_view strip_newlines(std::string_view s, bool front, bool back) {
   while (front && !s.empty() && s.front() == '\n') s.remove_prefix(1);
   while (back && !s.empty() && s.back() == '\n') s.remove_suffix(1);
