@@ -27,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  threads = std::min(threads, kMaxThreads);
+  ranges_ = std::make_unique<Range[]>(threads);
   for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -48,22 +50,28 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     fn(0, n);
     return;
   }
-  on_demand_ = n >= kSplit * parts * grain;
-  const size_t chunk =
-      on_demand_ ? std::max(grain, (n + kSplit * parts - 1) / (kSplit * parts)) : (n + parts - 1) / parts;
-  nchunks_ = (n + chunk - 1) / chunk;
-  const size_t taking_part = on_demand_ ? parts : nchunks_;
+  const size_t units = (n + grain - 1) / grain;
+  on_demand_ = n >= kSplit * parts * grain && units <= 0xFFFFFFFFu;
   fn_ = &fn;
   n_ = n;
-  chunk_ = chunk;
+  grain_ = grain;
+  nchunks_ = parts;
   error_ = nullptr;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(taking_part - 1);  // the caller takes part too
+  stopped_.store(false, std::memory_order_relaxed);
+  if (on_demand_) {
+    // Participant t owns units [t·units/parts, (t+1)·units/parts) and claims them front to back,
+    // kPieces per thread at a time; a thread whose range ran dry steals the back half of the
+    // fullest other range.
+    piece_ = std::max<size_t>(1, units / (parts * kPieces));
+    for (size_t t = 0; t < parts; ++t)
+      ranges_[t].v.store(pack(t * units / parts, (t + 1) * units / parts), std::memory_order_relaxed);
+  }
+  pending_.store(parts - 1);  // the caller takes part too
   // The participant count travels inside the generation word, so a worker that takes no part never
   // reads the job fields (which the next call may already be rewriting). seq_cst store then seq_cst
   // load of sleepers_ pairs with the worker's increment of sleepers_ then load of generation_:
   // either the worker sees the new generation or we see it sleeping.
-  generation_.store(((generation_.load() >> 8) + 1) << 8 | taking_part);
+  generation_.store(((generation_.load() >> 8) + 1) << 8 | parts);
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
     cv_work_.notify_all();
@@ -87,24 +95,69 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   if (error_) std::rethrow_exception(error_);
 }
 
+bool ThreadPool::claim(size_t t, size_t& lo, size_t& hi) {
+  std::atomic<uint64_t>& r = ranges_[t].v;
+  uint64_t cur = r.load(std::memory_order_acquire);
+  for (;;) {
+    const size_t a = front(cur), b = back(cur);
+    if (a >= b) return false;
+    const size_t take = std::min(piece_, b - a);
+    if (r.compare_exchange_weak(cur, pack(a + take, b), std::memory_order_acq_rel)) {
+      lo = a;
+      hi = a + take;
+      return true;
+    }
+  }
+}
+
+bool ThreadPool::steal(size_t t) {
+  for (;;) {
+    // the victim: the range with the most unclaimed units (two or more, so its owner keeps one)
+    size_t victim = nchunks_, most = 1;
+    uint64_t seen = 0;
+    for (size_t v = 0; v < nchunks_; ++v) {
+      if (v == t) continue;
+      const uint64_t cur = ranges_[v].v.load(std::memory_order_acquire);
+      if (back(cur) - std::min(front(cur), back(cur)) > most) {
+        most = back(cur) - front(cur);
+        victim = v;
+        seen = cur;
+      }
+    }
+    if (victim == nchunks_) return false;
+    const size_t a = front(seen), b = back(seen), mid = b - (b - a) / 2;
+    // Only the owner stores into its own empty range, and no thief changes an empty range, so the
+    // plain store cannot lose a concurrent update.
+    if (ranges_[victim].v.compare_exchange_strong(seen, pack(a, mid), std::memory_order_acq_rel)) {
+      ranges_[t].v.store(pack(mid, b), std::memory_order_release);
+      return true;
+    }
+  }
+}
+
 void ThreadPool::run_chunks(size_t index) {
-  auto one = [&](size_t c) {
+  auto one = [&](size_t lo, size_t hi) {
     try {
-      (*fn_)(c * chunk_, std::min(n_, (c + 1) * chunk_));
+      (*fn_)(lo * grain_, std::min(n_, hi * grain_));
       return true;
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu_);
       if (!error_) error_ = std::current_exception();
-      next_.store(nchunks_, std::memory_order_relaxed);  // stop handing out ranges
+      stopped_.store(true, std::memory_order_relaxed);  // stop claiming ranges
       return false;
     }
   };
   if (!on_demand_) {
-    (void)one(index);
+    const size_t units = (n_ + grain_ - 1) / grain_;
+    (void)one(index * units / nchunks_, (index + 1) * units / nchunks_);
     return;
   }
-  for (size_t c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < nchunks_;)
-    if (!one(c)) return;
+  for (;;) {
+    size_t lo = 0, hi = 0;
+    while (!stopped_.load(std::memory_order_relaxed) && claim(index, lo, hi))
+      if (!one(lo, hi)) return;
+    if (stopped_.load(std::memory_order_relaxed) || !steal(index)) return;
+  }
 }
 
 void ThreadPool::worker_loop(size_t index) {

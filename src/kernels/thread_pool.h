@@ -4,15 +4,18 @@
 // worker with the same arithmetic as the serial loop, so results are bit-identical for any thread
 // count. The pool is not re-entrant: a task must not call parallel_for on the same pool.
 //
-// Balance: with at least kSplit ranges per thread the ranges are handed out on demand (an atomic
-// counter), so a thread that the host slows down (a shared machine) takes fewer of them instead of
-// holding up the call — continuous-batching serve steps at 4 streams on the 0.5B q4tp file: 178 →
-// 203 tok/s on 2 threads; single-stream decode unchanged. With fewer indices each thread gets one
-// fixed range (index t → thread t when n equals the pool size: the bandwidth probe relies on it).
-// Two ranges per thread: more cost more than the balance they buy (each range restarts the q4tp/q2tp
-// ladder batch, and its weight prefetches run into rows another thread computes). 0.5B decode, 2
-// threads, interleaved A/B: q4tp 140–147 tok/s with 4 ranges per thread, 153–154 with 2, 123–125
-// with 16; q8 121–123 → 124–128; 4-stream steps (bench --parallel 4) 321–323 → 339–340.
+// Balance: a job of at least kSplit·grain indices per thread is split into one contiguous range
+// per thread, which its owner claims front to back in kPieces pieces; a thread whose range is
+// empty steals the back half of the fullest other range (one CAS on a packed [front, back) word)
+// and carries on with it the same way. Each thread thus streams long runs of consecutive rows (a
+// new range restarts the q4tp/q2tp ladder batch and the weight prefetch, and prefetches past a
+// range's end fetch rows another thread computes), while a thread that the host slows down (a
+// shared machine) or that started late hands its tail to the others, to the piece. With fewer
+// indices each thread gets one fixed range (index t → thread t when n equals the pool size: the
+// bandwidth probe relies on it). 0.5B decode, 2 threads, interleaved A/B against the previous
+// scheme (two ranges per thread handed out on demand, taken alternately): q4tp 139–146 → 149–153
+// tok/s, q8 75–77 → 79–94, 4-stream steps (bench --parallel 4) 235–239 → 268–272; 4 or 16 pieces
+// per thread measured 3–5% below 8.
 //
 // Hand-off: a decode step makes ~200 parallel_for calls of 10–200 µs each, so waking sleeping
 // workers through a futex per call (tens of µs on a VM) cost more than the second thread gained.
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,8 +52,9 @@ class ThreadPool {
   size_t size() const noexcept { return workers_.size() + 1; }
 
   /// Calls fn(begin, end) over disjoint contiguous ranges covering [0, n); blocks until all are
-  /// done. Ranges are at least `grain` long (except the last). n ≥ kSplit·size()·grain: about
-  /// kSplit ranges per thread, taken on demand; else one range per thread. Exceptions thrown by fn are
+  /// done. Ranges are at least `grain` long (except the one that ends at n). n ≥ kSplit·size()·grain:
+  /// each thread claims pieces of its own range and then steals (file comment); else one range per
+  /// thread. Exceptions thrown by fn are
   /// rethrown on the caller (the first one wins).
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain = 1);
 
@@ -61,11 +66,26 @@ class ThreadPool {
   static constexpr int64_t kSpinMicros = 500;
   /// How long parallel_for spins for the workers to finish before it blocks on cv_done_ (µs).
   static constexpr int64_t kCallerSpinMicros = 50;
-  /// Ranges per thread when the work is handed out on demand (file comment).
+  /// Jobs of at least kSplit·grain indices per thread are balanced by stealing (file comment).
   static constexpr size_t kSplit = 2;
+  /// Pieces per thread an owner claims its range in (the granularity of the balance).
+  static constexpr size_t kPieces = 8;
+  /// Most threads a pool takes part with (the participant count travels in 8 bits).
+  static constexpr size_t kMaxThreads = 255;
+
+  /// A range of units [front, back) packed in one word, so claims and steals are one CAS.
+  static uint64_t pack(size_t front, size_t back) { return uint64_t{front} << 32 | back; }
+  static size_t front(uint64_t r) { return static_cast<size_t>(r >> 32); }
+  static size_t back(uint64_t r) { return static_cast<size_t>(r & 0xFFFFFFFFu); }
+  /// Claims the next piece of thread t's own range into [lo, hi) (units); false when it is empty.
+  bool claim(size_t t, size_t& lo, size_t& hi);
+  /// Moves the back half of the fullest other range into thread t's (empty) range; false when no
+  /// range has two unclaimed units left.
+  bool steal(size_t t);
 
   /// Runs the ranges of the current job that this thread takes (range `index` of a fixed split, or
-  /// ranges claimed from next_); the first exception is kept in error_ and stops the claiming.
+  /// pieces claimed from ranges_ and stolen); the first exception is kept in error_ and stops the
+  /// claiming.
   void run_chunks(size_t index);
 
   std::vector<std::thread> workers_;
@@ -75,9 +95,13 @@ class ThreadPool {
   // The job: written by the caller before generation_ is bumped (release), read by workers after
   // they observe the new generation (acquire).
   const std::function<void(size_t, size_t)>* fn_ = nullptr;
-  size_t n_ = 0, chunk_ = 0, nchunks_ = 0;
-  bool on_demand_ = false;               // ranges claimed through next_ (else range t → thread t)
-  std::atomic<size_t> next_{0};          // next unclaimed range (on-demand jobs)
+  size_t n_ = 0, grain_ = 1, nchunks_ = 0, piece_ = 1;  // nchunks_: threads taking part
+  bool on_demand_ = false;  // ranges claimed in pieces and stolen (else range t → thread t)
+  struct alignas(64) Range {
+    std::atomic<uint64_t> v{0};  // unclaimed units of a thread's range (pack)
+  };
+  std::unique_ptr<Range[]> ranges_;      // one per thread (on-demand jobs)
+  std::atomic<bool> stopped_{false};     // an exception stops the claiming
   std::atomic<uint64_t> generation_{0};  // (job counter << 8) | threads taking part (≤ 32)
   std::atomic<size_t> pending_{0};       // workers taking part that have not finished yet
   std::atomic<size_t> sleepers_{0};      // workers blocked (or about to block) on cv_work_
