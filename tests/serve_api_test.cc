@@ -534,6 +534,26 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
     EXPECT_EQ(joined, text) << r.body;
   }
 
+  // A token holding part of a character (the byte-fallback <0xC3>, id 3 + 0xC3, the first byte of
+  // "é") is spelled as OpenAI spells it, and its bytes are its own (not U+FFFD's 239, 191, 189).
+  ASSERT_EQ(http(port_, "POST", "/detokenize", R"({"tokens":[198,172]})").j()["content"], "é");
+  r = http(
+      port_, "POST", "/v1/completions",
+      R"({"prompt":"Once upon a","temperature":0,"max_tokens":1,"logprobs":2,"logit_bias":{"198":100}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["logprobs"]["tokens"], json::parse(R"(["bytes:\\xc3"])")) << r.body;
+  EXPECT_TRUE(r.j()["choices"][0]["logprobs"]["top_logprobs"][0].contains("bytes:\\xc3")) << r.body;
+  r = http(port_, "POST", "/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"hi"}],"temperature":0,"max_tokens":1,"logprobs":true,)"
+           R"("top_logprobs":1,"logit_bias":{"198":100}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const json e = r.j()["choices"][0]["logprobs"]["content"][0];
+    EXPECT_EQ(e["token"], "bytes:\\xc3") << r.body;
+    EXPECT_EQ(e["bytes"], json::parse("[195]")) << r.body;
+    EXPECT_EQ(e["top_logprobs"][0]["bytes"], json::parse("[195]")) << r.body;
+  }
+
   // usage.prompt_tokens_details.cached_tokens: the same prompt again comes from the slot's cache
   // (all but the last token, whose logits start the generation)
   const std::string same = R"({"prompt":"Once upon a time there was","temperature":0,"max_tokens":2})";

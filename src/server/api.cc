@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 
+#include "cmf/format.h"
 #include "cmf/hash.h"
 
 namespace cortiq::server {
@@ -695,6 +696,13 @@ ReasoningStream::Delta ReasoningStream::advance(std::string_view text, bool done
 
 std::string sse_event(const ojson& j) {
   return "data: " + j.dump() + "\n\n";
+}
+
+std::string logprob_token(std::string_view bytes) {
+  if (cmf::is_valid_utf8(bytes)) return std::string(bytes);
+  std::string out = "bytes:";
+  for (unsigned char c : bytes) out += fmt::format("\\x{:02x}", c);
+  return out;
 }
 
 }  // namespace cortiq::server

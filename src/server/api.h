@@ -214,4 +214,10 @@ std::string random_id(std::string_view prefix, size_t n = 24);
 /// Text for the SSE wire: "data: " + json + "\n\n".
 std::string sse_event(const ojson& j);
 
+/// A logprobs entry's `token` for a token whose text is `bytes` (Tokenizer::token_bytes): the
+/// bytes themselves when they are valid UTF-8, else OpenAI's spelling of a partial character,
+/// "bytes:" then each byte as \xNN ({0xE2, 0x80} → "bytes:\\xe2\\x80"). The raw bytes go to the
+/// entry's `bytes` list either way, so a client can join the pieces of a character.
+std::string logprob_token(std::string_view bytes);
+
 }  // namespace cortiq::server

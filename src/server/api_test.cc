@@ -488,3 +488,19 @@ TEST(Errors, OpenAIShape) {
 
 }  // namespace
 }  // namespace cortiq::server
+
+namespace cortiq::server {
+namespace {
+
+// A token that holds part of a UTF-8 character is spelled as OpenAI spells it; whole characters
+// pass through unchanged.
+TEST(Logprobs, PartialCharacterTokenIsSpelledAsBytes) {
+  EXPECT_EQ(logprob_token("\xE2\x80"), "bytes:\\xe2\\x80");
+  EXPECT_EQ(logprob_token("\xF0"), "bytes:\\xf0");
+  EXPECT_EQ(logprob_token(" time"), " time");
+  EXPECT_EQ(logprob_token("\xE2\x80\x94"), "\xE2\x80\x94");  // a whole em dash
+  EXPECT_EQ(logprob_token(""), "");
+}
+
+}  // namespace
+}  // namespace cortiq::server

@@ -650,16 +650,17 @@ class Service {
     return ch;
   }
 
-  /// A logprobs entry's text: what the token adds inside a text (Tokenizer::token_text), so the
-  /// entries join up to the generated text.
-  std::string piece(uint32_t id) const { return lm_.tokenizer->token_text(id); }
+  /// A logprobs entry's text: what the token adds inside a text (Tokenizer::token_bytes), so the
+  /// entries join up to the generated text; a part of a UTF-8 character is spelled as OpenAI does
+  /// (logprob_token).
+  std::string piece(uint32_t id) const { return logprob_token(lm_.tokenizer->token_bytes(id)); }
 
   ojson chat_logprob(const TokenLogprob& t) const {
     auto entry = [&](uint32_t id, float lp) {
-      const std::string s = piece(id);
+      const std::string raw = lm_.tokenizer->token_bytes(id);
       ojson bytes = ojson::array();
-      for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
-      return ojson{{"token", s}, {"logprob", lp}, {"bytes", bytes}};
+      for (unsigned char c : raw) bytes.push_back(static_cast<int>(c));
+      return ojson{{"token", logprob_token(raw)}, {"logprob", lp}, {"bytes", bytes}};
     };
     ojson e = entry(t.id, t.logprob);
     ojson top = ojson::array();
@@ -669,14 +670,14 @@ class Service {
   }
 
   void add_completion_logprob(ojson& lp, const TokenLogprob& t, size_t& offset) const {
-    const std::string s = piece(t.id);
-    lp["tokens"].push_back(s);
+    const std::string raw = lm_.tokenizer->token_bytes(t.id);
+    lp["tokens"].push_back(logprob_token(raw));
     lp["token_logprobs"].push_back(t.logprob);
     ojson top = ojson::object();
     for (const auto& [id, v] : t.top) top[piece(id)] = v;
     lp["top_logprobs"].push_back(top);
     lp["text_offset"].push_back(offset);
-    offset += s.size();
+    offset += raw.size();
   }
 
   static ojson tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {

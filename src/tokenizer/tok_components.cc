@@ -354,12 +354,12 @@ struct PreWhitespace : PreTokenizer {
 
 struct DecSeq : Decoder {
   std::vector<std::unique_ptr<Decoder>> items;
-  void apply(std::vector<std::string>& t) const override {
-    for (auto& d : items) d->apply(t);
+  void apply(std::vector<std::string>& t, bool raw) const override {
+    for (auto& d : items) d->apply(t, raw);
   }
 };
 struct DecByteLevel : Decoder {
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool raw) const override {
     std::string bytes;
     for (const auto& t : tokens) {
       size_t start = bytes.size();
@@ -377,13 +377,13 @@ struct DecByteLevel : Decoder {
         bytes += t;
       }
     }
-    tokens.assign(1, to_valid_utf8(bytes));
+    tokens.assign(1, raw ? std::move(bytes) : to_valid_utf8(bytes));
   }
 };
 struct DecMetaspace : Decoder {
   std::string rep;
   Prepend scheme;
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool /*raw*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string out;
       const std::string& t = tokens[i];
@@ -406,12 +406,12 @@ int hexval(char c) {
   return -1;
 }
 struct DecByteFallback : Decoder {
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool raw) const override {
     std::vector<std::string> out;
     std::string bytes;
     auto flush = [&] {
       if (bytes.empty()) return;
-      if (is_valid_utf8(bytes)) {
+      if (raw || is_valid_utf8(bytes)) {
         out.push_back(bytes);
       } else {
         for (size_t k = 0; k < bytes.size(); ++k) out.emplace_back("\xEF\xBF\xBD");
@@ -432,7 +432,7 @@ struct DecByteFallback : Decoder {
   }
 };
 struct DecFuse : Decoder {
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool /*raw*/) const override {
     std::string all;
     for (auto& t : tokens) all += t;
     tokens.assign(1, std::move(all));
@@ -441,10 +441,18 @@ struct DecFuse : Decoder {
 struct DecStrip : Decoder {
   uint32_t content;
   size_t start, stop;
-  void apply(std::vector<std::string>& tokens) const override {
+  /// Cuts up to `start` leading and `stop` trailing code points equal to `content`; the bytes in
+  /// between are kept as they are (raw mode keeps a partial UTF-8 character; otherwise the input is
+  /// valid UTF-8 already, or made so).
+  void apply(std::vector<std::string>& tokens, bool raw) const override {
     for (auto& t : tokens) {
       std::vector<uint32_t> cps;
-      for (size_t i = 0; i < t.size();) cps.push_back(next_cp(t, i));
+      std::vector<size_t> at;  // byte offset of each code point, then t.size()
+      for (size_t i = 0; i < t.size();) {
+        at.push_back(i);
+        cps.push_back(next_cp(t, i));
+      }
+      at.push_back(t.size());
       size_t b = 0, e = cps.size();
       for (size_t k = 0; k < start && k < cps.size(); ++k) {
         if (cps[k] != content) break;
@@ -452,12 +460,11 @@ struct DecStrip : Decoder {
       }
       for (size_t k = 0; k < stop && k < cps.size(); ++k) {
         size_t idx = cps.size() - k - 1;
-        if (cps[idx] != content) break;
+        if (cps[idx] != content || idx < b) break;
         e = idx;
       }
-      std::string out;
-      for (size_t k = b; k < e; ++k) append_cp(out, cps[k]);
-      t = std::move(out);
+      std::string out = t.substr(at[b], at[std::max(b, e)] - at[b]);
+      t = raw || is_valid_utf8(out) ? std::move(out) : to_valid_utf8(out);
     }
   }
 };
@@ -466,7 +473,7 @@ struct DecReplace : Decoder {
   std::string content;
   DecReplace(const json& j, const std::string& f)
       : pat(req(j, "pattern", f), f + ".pattern"), content(req_str(j, "content", f)) {}
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool /*raw*/) const override {
     for (auto& t : tokens) t = replace_all(t, pat, content);
   }
 };
@@ -484,7 +491,7 @@ void replace_str(std::string& s, std::string_view from, std::string_view to) {
 struct DecWordPiece : Decoder {
   std::string prefix;
   bool cleanup;
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool /*raw*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       auto& t = tokens[i];
       if (i != 0) {
@@ -505,7 +512,7 @@ struct DecWordPiece : Decoder {
 };
 struct DecBPE : Decoder {
   std::string suffix;
-  void apply(std::vector<std::string>& tokens) const override {
+  void apply(std::vector<std::string>& tokens, bool /*raw*/) const override {
     for (size_t i = 0; i < tokens.size(); ++i)
       replace_str(tokens[i], suffix, i + 1 == tokens.size() ? "" : " ");
   }

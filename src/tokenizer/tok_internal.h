@@ -96,7 +96,9 @@ struct PreTokenizer {
 };
 struct Decoder {
   virtual ~Decoder() = default;
-  virtual void apply(std::vector<std::string>& tokens) const = 0;
+  /// Decodes the token strings in place. `raw`: byte sequences that are not valid UTF-8 stay as
+  /// they are (Tokenizer::token_bytes) instead of becoming U+FFFD as in HF's decode.
+  virtual void apply(std::vector<std::string>& tokens, bool raw) const = 0;
 };
 struct Model {
   virtual ~Model() = default;

@@ -173,7 +173,7 @@ struct Impl {
     return model->id_to_token(id);
   }
 
-  std::string decode(std::span<const uint32_t> ids, bool skip_special) const {
+  std::string decode(std::span<const uint32_t> ids, bool skip_special, bool raw = false) const {
     std::vector<std::string> toks;
     toks.reserve(ids.size());
     for (uint32_t id : ids) {
@@ -187,7 +187,7 @@ struct Impl {
       if (t) toks.push_back(*t);
     }
     if (decoder) {
-      decoder->apply(toks);
+      decoder->apply(toks, raw);
       std::string out;
       for (auto& t : toks) out += t;
       return out;
@@ -287,11 +287,22 @@ std::string Tokenizer::decode(std::span<const uint32_t> ids, bool skip_special_t
   return impl_->decode(ids, skip_special_tokens);
 }
 
+namespace {
+/// What the second of [id, id] adds to the decoded text of [id] (prefix-stable decoders, all of
+/// HF's: decode([id, id]) = decode([id]) + the continuation); otherwise the piece alone.
+std::string continuation(const std::string& a, const std::string& b) {
+  return b.size() >= a.size() && b.compare(0, a.size(), a) == 0 ? b.substr(a.size()) : a;
+}
+}  // namespace
+
 std::string Tokenizer::token_text(uint32_t id) const {
   const uint32_t one[1] = {id}, two[2] = {id, id};
-  const std::string a = decode(one, false), b = decode(two, false);
-  // prefix-stable decoders (all of HF's): b = a + the continuation; otherwise the piece alone
-  return b.size() >= a.size() && b.compare(0, a.size(), a) == 0 ? b.substr(a.size()) : a;
+  return continuation(decode(one, false), decode(two, false));
+}
+
+std::string Tokenizer::token_bytes(uint32_t id) const {
+  const uint32_t one[1] = {id}, two[2] = {id, id};
+  return continuation(impl_->decode(one, false, true), impl_->decode(two, false, true));
 }
 
 std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {

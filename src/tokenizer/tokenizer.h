@@ -50,6 +50,11 @@ class Tokenizer {
   /// SentencePiece's "▁there" is " there" here, "there" alone (a logprobs entry must be the former
   /// so that the entries join up to the generated text).
   std::string token_text(uint32_t id) const;
+  /// The bytes token `id` adds inside a text: token_text before the decoder's U+FFFD replacement,
+  /// so a token holding part of a UTF-8 character gives its own bytes (Qwen's "\xe2\x80" piece →
+  /// {0xE2, 0x80}; SentencePiece's "<0xE2>" → {0xE2}) where token_text gives "\uFFFD". Equals
+  /// token_text whenever that contains no U+FFFD of the decoder's making. OpenAI's logprobs `bytes`.
+  std::string token_bytes(uint32_t id) const;
 
   /// Id of a token string (added tokens first, then the model vocabulary).
   std::optional<uint32_t> token_to_id(std::string_view token) const;

@@ -271,6 +271,32 @@ TEST(Tokenizer, PrimedDecoderContinuesThePrompt) {
   EXPECT_EQ(bos_only.push(ids.back()), "time");
 }
 
+// token_bytes keeps what token_text turns into U+FFFD: a byte-fallback "<0xE2>" or a byte-level
+// piece holding part of a character gives its own bytes, and the bytes of a text's tokens after the
+// first join up to the text that follows the first token (the logprobs entries' `bytes`).
+TEST(Tokenizer, TokenBytesKeepPartialCharacters) {
+  for (const char* name : {"stories260K", "mistral-7b-v0.1", "gemma3", "llama3.2", "qwen2.5"}) {
+    REQUIRE_TOK(t, name);
+    const auto ids = t->encode("Once upon a time there was a wörld 🦙 of 你好", false);
+    const std::string whole = t->decode(ids, false), first = t->decode(std::span(ids.data(), 1), false);
+    std::string joined;
+    size_t partial = 0;
+    for (size_t i = 1; i < ids.size(); ++i) {
+      const std::string b = t->token_bytes(ids[i]);
+      if (t->token_text(ids[i]) != b) ++partial;
+      joined += b;
+    }
+    EXPECT_EQ(joined, whole.substr(first.size())) << name;
+    EXPECT_GT(partial, 0u) << name << ": the llama emoji spans several tokens of every vocabulary here";
+  }
+  REQUIRE_TOK(t, "stories260K");
+  const auto e2 = t->token_to_id("<0xE2>");
+  ASSERT_TRUE(e2);
+  EXPECT_EQ(t->token_bytes(*e2), "\xE2");
+  EXPECT_EQ(t->token_text(*e2), "\xEF\xBF\xBD");
+  EXPECT_EQ(t->token_bytes(*t->token_to_id("▁time")), " time");
+}
+
 TEST(Tokenizer, IncrementalDecoderHoldsIncompleteBytes) {
   REQUIRE_TOK(t, "mistral-7b-v0.1");
   IncrementalDecoder dec(*t, false);
