@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -280,6 +281,58 @@ TEST_F(ServeE2E, EngineConcurrentGreedyEqualsSession) {
   EXPECT_EQ(gate->max_items, 4u);
 }
 
+// Prompt scoring (completions' echo + logprobs): a prompt longer than kPromptScoreChunk is run in
+// chunks beside another sequence's decode, and each token's logprob is the log-softmax, at the
+// position before it, of the logits one whole-prompt forward gives (computed here in double); the
+// alternatives are the best tokens of that row. max_tokens 0 ends with "length" and no token.
+TEST_F(ServeE2E, EngineScoresPromptInChunks) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  auto lm = cortiq::runtime::load_model(model_, {});
+  const std::string text =
+      "Once upon a time there was a little girl named Lily. She liked to play in the park with her "
+      "friends. One day she saw a big red ball under a tree and she ran to get it. Her mom said it was "
+      "time to go home, so Lily gave the ball to a boy who was sad.";
+  const std::vector<uint32_t> prompt = lm.encode_raw(text);
+  ASSERT_GT(prompt.size(), 2 * cortiq::server::kPromptScoreChunk);
+  const size_t n = prompt.size(), V = lm.model->vocab_size();
+  std::vector<float> all(n * V);
+  {
+    cortiq::model::KvCache kv(lm.model->arch(), lm.ctx, lm.kv_f16);
+    lm.model->forward(prompt, kv, all, cortiq::model::LogitsMode::All);
+  }
+  auto other = std::make_shared<Collected>();
+  auto scored = std::make_shared<Collected>();
+  auto job = make_job(lm, text, 0, scored);
+  job->prompt_logprobs = true;
+  job->top_logprobs = 2;
+  cortiq::server::Engine eng(lm, {2, 0});
+  ASSERT_TRUE(eng.submit(make_job(lm, "The cat", 40, other)));
+  ASSERT_TRUE(eng.submit(job));
+  wait_done(*scored);
+  wait_done(*other);
+  EXPECT_EQ(scored->finish, "length");
+  EXPECT_EQ(scored->tokens, 0u);
+  EXPECT_EQ(scored->text, "");
+  EXPECT_EQ(other->tokens, 40u);
+  ASSERT_EQ(job->prompt_lps.size(), n - 1);
+  for (size_t p = 0; p + 1 < n; ++p) {
+    const float* row = all.data() + p * V;
+    double mx = row[0];
+    size_t best = 0;
+    for (size_t v = 1; v < V; ++v)
+      if (row[v] > mx) mx = row[v], best = v;
+    double sum = 0;
+    for (size_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    const double want = row[prompt[p + 1]] - mx - std::log(sum);
+    const auto& got = job->prompt_lps[p];
+    EXPECT_EQ(got.id, prompt[p + 1]) << p;
+    EXPECT_NEAR(got.logprob, want, 1e-4) << p;
+    ASSERT_EQ(got.top.size(), 2u) << p;
+    EXPECT_EQ(got.top[0].first, best) << p;
+  }
+}
+
 // Prompt cache: a job whose prompt starts with what a free slot already holds prefills only the
 // rest, and its greedy output is still exactly Session's (full prefill). Sequential jobs on one slot.
 TEST_F(ServeE2E, EnginePromptCacheReusesPrefixWithIdenticalOutput) {
@@ -472,6 +525,8 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
     EXPECT_NE(log.str().find(line), std::string::npos) << line << " not in:\n" << log.str();
 }
 
+std::vector<json> sse_events(const std::string& body);
+
 // logit_bias moves the greedy choice; the end-of-turn token ends the text without a logprobs entry
 // of its own; GET /v1/models/{id} answers for this server's id only.
 TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
@@ -532,6 +587,38 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
       joined += c["logprobs"]["tokens"][i].get<std::string>();
     }
     EXPECT_EQ(joined, text) << r.body;
+  }
+
+  // echo + logprobs scores the prompt (lm-evaluation-harness's loglikelihood): the prompt's tokens
+  // lead, the first with null; max_tokens 0 generates nothing, and needs echo.
+  r = http(port_, "POST", "/v1/completions",
+           R"({"prompt":[[1,403,407]],"temperature":0,"max_tokens":1,"echo":true,"logprobs":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const json lp = r.j()["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 4u) << r.body;
+    EXPECT_EQ(lp["tokens"][0], "<s>") << r.body;
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null()) << r.body;
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null()) << r.body;
+    EXPECT_LT(lp["token_logprobs"][1].get<double>(), 0.0) << r.body;
+    EXPECT_EQ(lp["text_offset"][1], 3) << r.body;
+    EXPECT_EQ(r.j()["usage"]["completion_tokens"], 1) << r.body;
+    const auto zero = http(port_, "POST", "/v1/completions",
+                           R"({"prompt":[[1,403,407]],"max_tokens":0,"echo":true,"logprobs":0})");
+    ASSERT_EQ(zero.status, 200) << zero.body;
+    const json z = zero.j()["choices"][0];
+    EXPECT_EQ(z["finish_reason"], "length") << zero.body;
+    EXPECT_EQ(z["logprobs"]["token_logprobs"][1], lp["token_logprobs"][1]) << zero.body;
+    EXPECT_EQ(z["logprobs"]["tokens"].size(), 3u) << zero.body;
+    const auto streamed =
+        http(port_, "POST", "/v1/completions",
+             R"({"prompt":[[1,403,407]],"max_tokens":0,"echo":true,"logprobs":0,"stream":true})");
+    const auto ev = sse_events(streamed.body);
+    ASSERT_GE(ev.size(), 2u) << streamed.body;
+    EXPECT_EQ(ev[0]["choices"][0]["logprobs"]["token_logprobs"], z["logprobs"]["token_logprobs"])
+        << streamed.body;
+    EXPECT_EQ(ev[0]["choices"][0]["text"], z["text"]) << streamed.body;
+    EXPECT_EQ(http(port_, "POST", "/v1/completions", R"({"prompt":"a","max_tokens":0})").status, 400);
   }
 
   // A token holding part of a character (the byte-fallback <0xC3>, id 3 + 0xC3, the first byte of

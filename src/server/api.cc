@@ -115,7 +115,8 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
       g.repeat_penalty = s.sampler.repeat_penalty;
       return g;
     }();
-  std::optional<int64_t> mt = get_int(b, "max_tokens", 1, INT32_MAX);
+  // completions take 0 with echo (score the prompt, generate nothing: parse_completion_request)
+  std::optional<int64_t> mt = get_int(b, "max_tokens", chat ? 1 : 0, INT32_MAX);
   if (chat) {
     if (auto v = get_int(b, "max_completion_tokens", 1, INT32_MAX)) mt = v;
   }
@@ -367,6 +368,9 @@ CompletionRequest parse_completion_request(const ojson& b) {
   r.echo = get_bool(b, "echo").value_or(false);
   parse_sampling(b, r.sampling, false);
   if (!b.contains("max_tokens")) r.sampling.max_tokens = 16;  // OpenAI's legacy default
+  if (r.sampling.max_tokens == size_t{0} && !r.echo)
+    bad("max_tokens",
+        "'max_tokens' = 0 generates nothing; it is only allowed with 'echo': true (scoring the prompt)");
   if (auto v = get_int(b, "logprobs", 0, 5)) {
     r.sampling.logprobs = true;
     r.sampling.top_logprobs = static_cast<int>(*v);

@@ -89,7 +89,7 @@ struct CompletionRequest {
 /// response_format other than "text".
 ChatCompletionRequest parse_chat_request(const ojson& body);
 /// Parses and validates a completions body (prompt: string, [string] of length 1, [int] or
-/// [[int]] of length 1). Throws ApiError(400) naming the field.
+/// [[int]] of length 1; max_tokens 0 only with echo). Throws ApiError(400) naming the field.
 CompletionRequest parse_completion_request(const ojson& body);
 
 /// A parsed OpenAI tool call.

@@ -12,7 +12,8 @@ namespace cortiq::server {
 void SerialBackend::run(std::span<StepItem> items) {
   for (auto& it : items) {
     use_mask(it.mask);
-    m_.forward(it.tokens, *it.kv, it.logits, model::LogitsMode::Last);
+    m_.forward(it.tokens, *it.kv, it.logits,
+               it.all_logits ? model::LogitsMode::All : model::LogitsMode::Last);
   }
 }
 
@@ -28,7 +29,7 @@ void BatchedBackend::run(std::span<StepItem> items) {
   for (const cmf::TaskMask* mask : order) {
     steps.clear();
     for (auto& it : items)
-      if (it.mask == mask) steps.push_back({it.tokens, it.kv, it.logits});
+      if (it.mask == mask) steps.push_back({it.tokens, it.kv, it.logits, it.all_logits});
     use_mask(mask);
     m_.forward_batch(steps);
   }
@@ -50,6 +51,9 @@ struct Engine::Slot {
   bool prefilled = false;
   uint32_t last = 0;
   std::vector<TokenLogprob> pending_lp;
+  // Prompt scoring (Job::prompt_logprobs): prompt tokens run so far, and the chunk's logits.
+  size_t scored = 0;
+  std::vector<float> chunk_logits;
   // Prompt cache: the tokens whose keys/values sit in kv (cached.size() == kv.size() between steps)
   // and the task mask they were computed under. A later job whose prompt starts with them reuses
   // that prefix instead of prefilling it again (chat clients resend the whole conversation).
@@ -206,8 +210,10 @@ void Engine::loop() {
         x.job = std::move(waiting_.front());
         waiting_.pop_front();
         ++active_;
-        // At least the last prompt token is run again: its logits start the generation.
-        x.reuse = std::min(best_len, x.job->prompt.size() - 1);
+        // At least the last prompt token is run again: its logits start the generation. A job that
+        // scores its prompt runs all of it.
+        x.reuse = x.job->prompt_logprobs ? 0 : std::min(best_len, x.job->prompt.size() - 1);
+        x.scored = 0;
         x.kv.truncate(x.reuse);
         x.cached.resize(x.reuse);
         x.cached_mask = x.job->mask;
@@ -247,10 +253,16 @@ void Engine::loop() {
     std::vector<StepItem> items;
     items.reserve(active.size());
     for (Slot* s : active) {
-      std::span<const uint32_t> toks = s->prefilled
-                                           ? std::span<const uint32_t>(&s->last, 1)
-                                           : std::span<const uint32_t>(s->job->prompt).subspan(s->reuse);
-      items.push_back({&s->kv, toks, s->logits, s->job->mask});
+      const std::span<const uint32_t> prompt(s->job->prompt);
+      if (s->prefilled) {
+        items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->job->mask});
+      } else if (s->job->prompt_logprobs) {
+        const size_t t = std::min(kPromptScoreChunk, prompt.size() - s->scored);
+        s->chunk_logits.resize(t * s->logits.size());
+        items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->job->mask, true});
+      } else {
+        items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->job->mask});
+      }
     }
     std::vector<std::string> errors(active.size());
     try {
@@ -272,14 +284,34 @@ void Engine::loop() {
       continue;
     }
 
-    for (Slot* s : active) {
+    for (size_t i = 0; i < active.size(); ++i) {
+      Slot* s = active[i];
       Job& job = *s->job;
-      if (s->prefilled)
+      if (s->prefilled) {
         s->cached.push_back(s->last);
-      else
+      } else if (job.prompt_logprobs) {
+        // Row j of the chunk's logits predicts the prompt token after position scored + j.
+        const std::span<const uint32_t> toks = items[i].tokens;
+        const size_t V = s->logits.size(), n = job.prompt.size();
+        for (size_t j = 0; j < toks.size(); ++j)
+          if (s->scored + j + 1 < n)
+            job.prompt_lps.push_back(logprob_of(std::span<const float>(s->chunk_logits).subspan(j * V, V),
+                                                job.prompt[s->scored + j + 1],
+                                                std::max(job.top_logprobs, 0)));
+        s->cached.insert(s->cached.end(), toks.begin(), toks.end());
+        s->scored += toks.size();
+        if (s->scored < n) continue;  // more of the prompt next step
+        std::copy_n(s->chunk_logits.end() - static_cast<std::ptrdiff_t>(V), V, s->logits.begin());
+        std::vector<float>().swap(s->chunk_logits);
+      } else {
         s->cached.insert(s->cached.end(), job.prompt.begin() + static_cast<std::ptrdiff_t>(s->reuse),
                          job.prompt.end());
+      }
       s->prefilled = true;
+      if (job.max_tokens == 0) {  // the prompt scored, nothing to generate
+        finish(*s, "length");
+        continue;
+      }
       std::span<float> logits(s->logits);
       if (job.frequency_penalty != 0.0f)
         for (const auto& [id, n] : s->counts) logits[id] -= job.frequency_penalty * static_cast<float>(n);

@@ -39,8 +39,9 @@ namespace cortiq::server {
 struct StepItem {
   model::KvCache* kv;
   std::span<const uint32_t> tokens;
-  std::span<float> logits;
+  std::span<float> logits;  ///< [vocab], or [T, vocab] with all_logits
   const cmf::TaskMask* mask;
+  bool all_logits = false;  ///< every position's logits (model::SeqStep::all_logits)
 };
 
 /// Runs the forward passes of one scheduler step. Called from the engine thread only.
@@ -102,7 +103,15 @@ struct Job {
   size_t max_tokens = 16;                              ///< already capped by the context
   std::vector<std::string> stop;                       ///< stop strings (cut from the text)
   int top_logprobs = -1;                               ///< -1: no logprobs; 0..20 alternatives otherwise
-  const cmf::TaskMask* mask = nullptr;                 ///< task mask for this sequence
+  /// Score the prompt as well (completions with echo and logprobs): the engine prefills it from
+  /// the start (no prompt cache), kPromptScoreChunk tokens per step with every position's logits,
+  /// and fills prompt_lps. max_tokens may then be 0 (nothing generated, finish "length").
+  bool prompt_logprobs = false;
+  /// Log-probabilities of prompt tokens 1 … n−1 given the tokens before them (token 0 has no
+  /// context), each with top_logprobs alternatives (at least 0). Filled by the engine before the
+  /// job's first on_text / on_done, so a reader after either sees it complete.
+  std::vector<TokenLogprob> prompt_lps;
+  const cmf::TaskMask* mask = nullptr;  ///< task mask for this sequence
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
 
@@ -117,6 +126,10 @@ struct Job {
   /// a slot (before any on_text / on_done, so a reader after on_done sees it).
   size_t cached_tokens = 0;
 };
+
+/// Prompt tokens a prompt-scoring job (Job::prompt_logprobs) runs per step: every position's
+/// logits are kept, [kPromptScoreChunk, vocab] floats (19 MiB at Qwen2.5's vocabulary) per slot.
+inline constexpr size_t kPromptScoreChunk = 32;
 
 /// Engine settings.
 struct EngineOptions {

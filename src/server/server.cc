@@ -358,36 +358,58 @@ class Service {
     const std::string echo =
         r.echo ? (r.prompt_text ? *r.prompt_text : lm_.tokenizer->decode(job->prompt, true)) : "";
     const bool want_lp = r.sampling.logprobs;
+    // echo + logprobs scores the prompt too (lm-evaluation-harness's loglikelihood requests): its
+    // tokens lead the logprobs, the first with null, and text_offset counts from the first of them.
+    const bool scored = r.echo && want_lp;
+    job->prompt_logprobs = scored;
     Generation g = start(req, std::move(job), r.model, "cmpl-");
     if (!r.stream) {
       std::string out = echo;
-      ojson lp = empty_completion_logprobs();
-      size_t offset = out.size();
+      std::vector<TokenLogprob> gen;
       const Channel::Event done = collect(g, [&](const Channel::Event& e) {
         out += e.text;
-        for (const auto& t : e.lps) add_completion_logprob(lp, t, offset);
+        gen.insert(gen.end(), e.lps.begin(), e.lps.end());
       });
+      ojson lp = empty_completion_logprobs();
+      size_t offset = scored ? 0 : echo.size();
+      if (scored) add_prompt_logprobs(lp, *g.job, offset);
+      for (const auto& t : gen) add_completion_logprob(lp, t, offset);
       send_json(res, 200,
                 completion_body(g, "text_completion",
                                 text_choice(out, want_lp ? std::move(lp) : ojson(nullptr), done.finish),
                                 done.completion_tokens));
       return;
     }
-    auto offset = std::make_shared<size_t>(echo.size());
-    ChunkSource src;
-    src.opening = [echo] {
-      return echo.empty() ? std::vector<ojson>{} : std::vector<ojson>{text_choice(echo)};
+    auto offset = std::make_shared<size_t>(scored ? 0 : echo.size());
+    // A scored prompt's echo chunk waits for the scores: it goes out with the first event.
+    auto echo_due = std::make_shared<bool>(scored);
+    auto scored_echo = [this, echo, echo_due, offset, job = g.job](std::vector<ojson>& out) {
+      if (!*echo_due) return;
+      *echo_due = false;
+      ojson lp = empty_completion_logprobs();
+      add_prompt_logprobs(lp, *job, *offset);
+      out.push_back(text_choice(echo, std::move(lp)));
     };
-    src.text = [this, offset, want_lp](const Channel::Event& e) {
+    ChunkSource src;
+    src.opening = [echo, scored] {
+      return echo.empty() || scored ? std::vector<ojson>{} : std::vector<ojson>{text_choice(echo)};
+    };
+    src.text = [this, offset, want_lp, scored_echo](const Channel::Event& e) {
+      std::vector<ojson> out;
+      scored_echo(out);
       ojson lp = nullptr;
       if (want_lp) {
         lp = empty_completion_logprobs();
         for (const auto& t : e.lps) add_completion_logprob(lp, t, *offset);
       }
-      return std::vector<ojson>{text_choice(e.text, std::move(lp))};
+      out.push_back(text_choice(e.text, std::move(lp)));
+      return out;
     };
-    src.closing = [](const Channel::Event& e) {
-      return std::vector<ojson>{text_choice("", nullptr, e.finish)};
+    src.closing = [scored_echo](const Channel::Event& e) {
+      std::vector<ojson> out;
+      scored_echo(out);
+      out.push_back(text_choice("", nullptr, e.finish));
+      return out;
     };
     stream(res, std::move(g), "text_completion", r.include_usage, std::move(src));
   }
@@ -678,6 +700,18 @@ class Service {
     lp["top_logprobs"].push_back(top);
     lp["text_offset"].push_back(offset);
     offset += raw.size();
+  }
+
+  /// The prompt's share of a scored completion's logprobs (Job::prompt_lps): its first token with
+  /// null logprob and alternatives, as OpenAI answers echo + logprobs, then one entry per token.
+  void add_prompt_logprobs(ojson& lp, const Job& job, size_t& offset) const {
+    const std::string raw = lm_.tokenizer->token_bytes(job.prompt.front());
+    lp["tokens"].push_back(logprob_token(raw));
+    lp["token_logprobs"].push_back(nullptr);
+    lp["top_logprobs"].push_back(nullptr);
+    lp["text_offset"].push_back(offset);
+    offset += raw.size();
+    for (const auto& t : job.prompt_lps) add_completion_logprob(lp, t, offset);
   }
 
   static ojson tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
