@@ -589,6 +589,20 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
     EXPECT_EQ(joined, text) << r.body;
   }
 
+  // /tokenize with_pieces (llama.cpp's shape): each id with its piece, or the piece's bytes when it
+  // is part of a character
+  r = http(port_, "POST", "/tokenize", R"({"content":"a 中","add_special":false,"with_pieces":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const json t = r.j()["tokens"];
+    ASSERT_GE(t.size(), 4u) << r.body;
+    EXPECT_EQ(t[0]["piece"], " a") << r.body;  // as llama.cpp's token_to_piece spells "▁a"
+    const size_t k = t.size() - 3;             // 中 = E4 B8 AD: three byte-fallback tokens (3 + byte)
+    EXPECT_EQ(t[k]["id"], 3 + 0xE4) << r.body;
+    EXPECT_EQ(t[k]["piece"], json::parse("[228]")) << r.body;
+    EXPECT_EQ(t[k + 2]["piece"], json::parse("[173]")) << r.body;
+  }
+
   // echo + logprobs scores the prompt (lm-evaluation-harness's loglikelihood): the prompt's tokens
   // lead, the first with null; max_tokens 0 generates nothing, and needs echo.
   r = http(port_, "POST", "/v1/completions",

@@ -205,7 +205,29 @@ class Service {
       const std::string s = it->get<std::string>();
       ids = add_special ? lm_.encode_raw(s) : lm_.tokenizer->encode(s, false);
     }
-    send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
+    bool with_pieces = false;
+    if (auto w = b.find("with_pieces"); w != b.end() && !w->is_null()) {
+      if (!w->is_boolean())
+        throw ApiError(400, "'with_pieces' must be a boolean", "invalid_request_error", "with_pieces");
+      with_pieces = w->get<bool>();
+    }
+    if (!with_pieces) {
+      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
+      return;
+    }
+    // llama.cpp's shape: {id, piece}, the piece a string, or its bytes when it is part of a
+    // UTF-8 character (Tokenizer::token_bytes)
+    ojson toks = ojson::array();
+    for (uint32_t id : ids) {
+      const std::string raw = lm_.tokenizer->token_bytes(id);
+      ojson piece = raw;
+      if (logprob_token(raw) != raw) {
+        piece = ojson::array();
+        for (unsigned char c : raw) piece.push_back(static_cast<int>(c));
+      }
+      toks.push_back({{"id", id}, {"piece", std::move(piece)}});
+    }
+    send_json(res, 200, {{"tokens", std::move(toks)}, {"count", ids.size()}});
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) {
