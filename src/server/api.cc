@@ -101,8 +101,10 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
   if (auto v = get_int(b, "top_k", -1, 1 << 30)) s.sampler.top_k = static_cast<int>(*v);
   if (auto v = get_number(b, "min_p", 0.0, 1.0)) s.sampler.min_p = static_cast<float>(*v);
   s.sampler.repeat_penalty = 1.0f;
+  // vLLM's name, then llama.cpp server's (the latter wins when both are given)
   if (auto v = get_number(b, "repetition_penalty", 0.01, 10.0))
     s.sampler.repeat_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "repeat_penalty", 0.01, 10.0)) s.sampler.repeat_penalty = static_cast<float>(*v);
   if (auto v = get_number(b, "presence_penalty", -2.0, 2.0))
     s.sampler.presence_penalty = static_cast<float>(*v);
   if (auto v = get_number(b, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
@@ -171,9 +173,13 @@ std::optional<std::string> parse_task(const ojson& b) {
   return t->get<std::string>();
 }
 
+/// stream_options.include_usage; stream_options without `stream: true` is refused, as OpenAI does.
 bool include_usage(const ojson& b) {
   auto it = b.find("stream_options");
-  if (it == b.end() || !it->is_object()) return false;
+  if (it == b.end() || it->is_null()) return false;
+  if (!get_bool(b, "stream").value_or(false))
+    bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  if (!it->is_object()) return false;
   auto v = get_bool(*it, "include_usage");
   return v.value_or(false);
 }
@@ -205,13 +211,14 @@ std::string content_text(const ojson& c, const std::string& where) {
   return out;
 }
 
-/// Length of the longest proper prefix of `tag` that `s` ends with.
+}  // namespace
+
 size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
+  if (tag.empty()) return 0;
   for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k)
     if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
   return 0;
 }
-}  // namespace
 
 ojson error_body(const ApiError& e) {
   ojson err = {{"message", e.what()}, {"type", e.type}};
@@ -366,6 +373,11 @@ CompletionRequest parse_completion_request(const ojson& b) {
   r.stream = get_bool(b, "stream").value_or(false);
   r.include_usage = include_usage(b);
   r.echo = get_bool(b, "echo").value_or(false);
+  // Fields of OpenAI's legacy API this server does not implement: refused rather than ignored.
+  if (auto v = get_string(b, "suffix"); v && !v->empty())
+    bad("suffix", "'suffix' (text after the insertion point) is not supported");
+  if (auto v = get_int(b, "best_of", 1, 1 << 20); v && *v != 1)
+    bad("best_of", "only best_of = 1 is supported");
   parse_sampling(b, r.sampling, false);
   if (!b.contains("max_tokens")) r.sampling.max_tokens = 16;  // OpenAI's legacy default
   if (r.sampling.max_tokens == size_t{0} && !r.echo)

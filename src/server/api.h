@@ -208,6 +208,10 @@ class ReasoningStream {
   bool found_ = false;
 };
 
+/// Length of the longest proper prefix of `tag` that `s` ends with (0 for none or an empty tag):
+/// how much of a streamed text may still become `tag` ("…<tool_c" and "<tool_call>" → 7).
+size_t partial_tag_suffix(std::string_view s, std::string_view tag);
+
 /// Random id with `prefix` and `n` alphanumerics (thread-safe).
 std::string random_id(std::string_view prefix, size_t n = 24);
 

@@ -294,8 +294,24 @@ TEST(CompletionRequest, PromptForms) {
   EXPECT_EQ(lp.sampling.top_logprobs, 3);
   for (const char* b :
        {R"({})", R"({"prompt":5})", R"({"prompt":[1,-1]})", R"({"prompt":[]})", R"({"prompt":["a","b"]})",
-        R"({"prompt":"x","logprobs":6})", R"({"prompt":"x","echo":1})"})
+        R"({"prompt":"x","logprobs":6})", R"({"prompt":"x","echo":1})",
+        // not implemented, so refused rather than ignored; stream_options needs stream (OpenAI)
+        R"({"prompt":"x","suffix":" end."})", R"({"prompt":"x","best_of":3})",
+        R"({"prompt":"x","stream_options":{"include_usage":true}})",
+        R"({"prompt":"x","stream":false,"stream_options":{}})", R"({"prompt":"x","max_tokens":0})"})
     EXPECT_EQ(400, status_of([&] { parse_completion_request(J(b)); })) << b;
+  for (const char* b : {R"({"prompt":"x","suffix":""})", R"({"prompt":"x","suffix":null,"best_of":1})",
+                        R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})",
+                        R"({"prompt":"x","max_tokens":0,"echo":true})"})
+    EXPECT_EQ(200, status_of([&] { parse_completion_request(J(b)); })) << b;
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x"})")).sampling.sampler.repeat_penalty, 1.0f);
+  // llama.cpp server's field name and vLLM's
+  EXPECT_EQ(
+      parse_completion_request(J(R"({"prompt":"x","repeat_penalty":1.3})")).sampling.sampler.repeat_penalty,
+      1.3f);
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x","repetition_penalty":1.2})"))
+                .sampling.sampler.repeat_penalty,
+            1.2f);
 }
 
 TEST(ToolCalls, QwenBlocks) {

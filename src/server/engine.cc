@@ -5,6 +5,7 @@
 #include <exception>
 #include <unordered_map>
 
+#include "server/api.h"
 #include "util/error.h"
 
 namespace cortiq::server {
@@ -47,7 +48,7 @@ struct Engine::Slot {
   std::unordered_map<uint32_t, int> counts;
   size_t generated = 0;
   std::string full;
-  size_t emitted = 0, max_stop = 0;
+  size_t emitted = 0;
   bool prefilled = false;
   uint32_t last = 0;
   std::vector<TokenLogprob> pending_lp;
@@ -230,8 +231,6 @@ void Engine::loop() {
         x.generated = 0;
         x.full.clear();
         x.emitted = 0;
-        x.max_stop = 0;
-        for (const auto& st : x.job->stop) x.max_stop = std::max(x.max_stop, st.size());
         x.prefilled = false;
         x.pending_lp.clear();
       }
@@ -356,8 +355,10 @@ void Engine::loop() {
       if (!reason.empty()) {
         upto = s->full.size();
       } else {
-        const size_t hold = s->max_stop ? s->max_stop - 1 : 0;
-        upto = utf8_safe_prefix(s->full, s->full.size() >= hold ? s->full.size() - hold : 0);
+        // hold back only what may still become a stop string (llama.cpp's server does the same)
+        size_t hold = 0;
+        for (const auto& st : job.stop) hold = std::max(hold, partial_tag_suffix(s->full, st));
+        upto = utf8_safe_prefix(s->full, s->full.size() - hold);
       }
       if ((upto > s->emitted || !s->pending_lp.empty()) && job.on_text) {
         try {

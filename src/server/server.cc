@@ -196,7 +196,7 @@ class Service {
       auto it = b.find(key);
       if (it == b.end() || !it->is_string())
         throw ApiError(400, "'content' must be a string", "invalid_request_error", "content");
-      bool add_special = true;
+      bool add_special = false;  // llama.cpp server's default: the text's own tokens, no BOS
       if (auto a = b.find("add_special"); a != b.end() && !a->is_null()) {
         if (!a->is_boolean())
           throw ApiError(400, "'add_special' must be a boolean", "invalid_request_error", "add_special");
@@ -381,7 +381,7 @@ class Service {
         r.echo ? (r.prompt_text ? *r.prompt_text : lm_.tokenizer->decode(job->prompt, true)) : "";
     const bool want_lp = r.sampling.logprobs;
     // echo + logprobs scores the prompt too (lm-evaluation-harness's loglikelihood requests): its
-    // tokens lead the logprobs, the first with null, and text_offset counts from the first of them.
+    // tokens lead the logprobs, the first with null; text_offset is each token's place in the text.
     const bool scored = r.echo && want_lp;
     job->prompt_logprobs = scored;
     Generation g = start(req, std::move(job), r.model, "cmpl-");
@@ -393,8 +393,8 @@ class Service {
         gen.insert(gen.end(), e.lps.begin(), e.lps.end());
       });
       ojson lp = empty_completion_logprobs();
-      size_t offset = scored ? 0 : echo.size();
-      if (scored) add_prompt_logprobs(lp, *g.job, offset);
+      size_t offset = echo.size();
+      if (scored) add_prompt_logprobs(lp, *g.job);
       for (const auto& t : gen) add_completion_logprob(lp, t, offset);
       send_json(res, 200,
                 completion_body(g, "text_completion",
@@ -402,14 +402,14 @@ class Service {
                                 done.completion_tokens));
       return;
     }
-    auto offset = std::make_shared<size_t>(scored ? 0 : echo.size());
+    auto offset = std::make_shared<size_t>(echo.size());
     // A scored prompt's echo chunk waits for the scores: it goes out with the first event.
     auto echo_due = std::make_shared<bool>(scored);
-    auto scored_echo = [this, echo, echo_due, offset, job = g.job](std::vector<ojson>& out) {
+    auto scored_echo = [this, echo, echo_due, job = g.job](std::vector<ojson>& out) {
       if (!*echo_due) return;
       *echo_due = false;
       ojson lp = empty_completion_logprobs();
-      add_prompt_logprobs(lp, *job, *offset);
+      add_prompt_logprobs(lp, *job);
       out.push_back(text_choice(echo, std::move(lp)));
     };
     ChunkSource src;
@@ -445,7 +445,9 @@ class Service {
     size_t prompt_tokens = 0;
     std::shared_ptr<Job> job;
     std::shared_ptr<Channel> ch;
-    int fd = -1;  ///< the client's socket; -1 = not found (no disconnect detection)
+    int fd = -1;                          ///< the client's socket; -1 = not found (no disconnect detection)
+    std::string route;                    ///< "POST /v1/…", for --log-requests
+    clock_type::time_point started = {};  ///< when the request was queued
   };
 
   /// The route-specific part of an SSE response: the `choices[0]` object of each chunk to send
@@ -467,6 +469,8 @@ class Service {
     g.prompt_tokens = job->prompt.size();
     g.ch = attach(job);
     g.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    g.route = req.method + " " + req.path;
+    g.started = clock_type::now();
     if (!engine_->submit(job)) throw busy();
     g.job = std::move(job);
     return g;
@@ -566,7 +570,14 @@ class Service {
           sink.done();
           return true;
         },
-        [job](bool) { job->cancel = true; });
+        [job, log = opt_.log_requests, route = g.route, started = g.started](bool success) {
+          job->cancel = true;
+          // a streamed answer is logged when it ends (the route's handler returned at its start)
+          if (log)
+            std::fprintf(stderr, "%s -> 200 stream %s (%.1f ms)\n", route.c_str(),
+                         success ? "done" : "cut off",
+                         std::chrono::duration<double, std::milli>(clock_type::now() - started).count());
+        });
   }
 
   /// A `chat.completion.chunk` choice: {index, delta, logprobs, finish_reason}.
@@ -713,27 +724,40 @@ class Service {
     return e;
   }
 
+  /// Appends generated token `t` to a completion choice's logprobs at text position `offset` and
+  /// moves `offset` past the token's bytes.
   void add_completion_logprob(ojson& lp, const TokenLogprob& t, size_t& offset) const {
+    offset += push_completion_logprob(lp, t, offset);
+  }
+  /// Appends token `t` with text_offset `at`; returns the token's size in bytes.
+  size_t push_completion_logprob(ojson& lp, const TokenLogprob& t, size_t at) const {
     const std::string raw = lm_.tokenizer->token_bytes(t.id);
     lp["tokens"].push_back(logprob_token(raw));
     lp["token_logprobs"].push_back(t.logprob);
     ojson top = ojson::object();
     for (const auto& [id, v] : t.top) top[piece(id)] = v;
     lp["top_logprobs"].push_back(top);
-    lp["text_offset"].push_back(offset);
-    offset += raw.size();
+    lp["text_offset"].push_back(at);
+    return raw.size();
   }
 
   /// The prompt's share of a scored completion's logprobs (Job::prompt_lps): its first token with
   /// null logprob and alternatives, as OpenAI answers echo + logprobs, then one entry per token.
-  void add_prompt_logprobs(ojson& lp, const Job& job, size_t& offset) const {
-    const std::string raw = lm_.tokenizer->token_bytes(job.prompt.front());
-    lp["tokens"].push_back(logprob_token(raw));
+  /// text_offset is where each token starts in the prompt's text (decoded without special tokens,
+  /// so a BOS and SentencePiece's leading space count nothing; a token inside a UTF-8 character
+  /// points at the character's start).
+  void add_prompt_logprobs(ojson& lp, const Job& job) const {
+    IncrementalDecoder dec(*lm_.tokenizer, true);
+    size_t at = 0;
+    lp["tokens"].push_back(logprob_token(lm_.tokenizer->token_bytes(job.prompt.front())));
     lp["token_logprobs"].push_back(nullptr);
     lp["top_logprobs"].push_back(nullptr);
-    lp["text_offset"].push_back(offset);
-    offset += raw.size();
-    for (const auto& t : job.prompt_lps) add_completion_logprob(lp, t, offset);
+    lp["text_offset"].push_back(at);
+    at += dec.push(job.prompt.front()).size();
+    for (size_t i = 0; i < job.prompt_lps.size(); ++i) {
+      (void)push_completion_logprob(lp, job.prompt_lps[i], at);
+      at += dec.push(job.prompt[i + 1]).size();
+    }
   }
 
   static ojson tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
@@ -807,8 +831,10 @@ int run_server(const ServerOptions& opt) {
         send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
       }
       if (opt.log_requests) {
-        std::fprintf(stderr, "%s %s -> %d (%.1f ms)\n", req.method.c_str(), req.path.c_str(), res.status,
-                     std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+        // status -1: a stream was set up; its line comes when it ends (stream())
+        if (res.status != -1)
+          std::fprintf(stderr, "%s %s -> %d (%.1f ms)\n", req.method.c_str(), req.path.c_str(), res.status,
+                       std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
         t_request_logged = true;
       }
     };

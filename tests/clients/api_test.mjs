@@ -138,10 +138,10 @@ await check('completions greedy equal cortiq run --greedy (string and token-id p
     assert.equal(r.object, 'text_completion');
     assert.equal(r.choices[0].text, e.text);
     assert.equal(r.usage.completion_tokens, e.tokens);
-    assert.equal(r.usage.prompt_tokens, await tokenCount({ content: e.prompt }));
+    assert.equal(r.usage.prompt_tokens, await tokenCount({ content: e.prompt, add_special: true }));
   }
   const e = EXPECT.completions[0];
-  const ids = (await rawPost('/tokenize', JSON.stringify({ content: e.prompt }))).json.tokens;
+  const ids = (await rawPost('/tokenize', JSON.stringify({ content: e.prompt, add_special: true }))).json.tokens;
   const r = await client.completions.create({ model: 'x', prompt: ids, temperature: 0, max_tokens: e.n });
   assert.equal(r.choices[0].text, e.text);
   const d = await rawPost('/detokenize', JSON.stringify({ tokens: ids }));
