@@ -73,7 +73,8 @@ class CliArgs : public ::testing::Test {
 
 TEST_F(CliArgs, NegativeCountsAreRefused) {
   ASSERT_TRUE(ok_);
-  refused("run " + model_ + " -p x -n -5 --greedy", "--max-tokens: must be ≥ 0, got -5");
+  refused("run " + model_ + " -p x -n -5 --greedy",
+          "--max-tokens: must be ≥ 0 or -1 (until the context is full), got -5");
   refused("bench " + model_ + " -p -1 -n 4 -r 1 -t 1", "--n-prompt: must be ≥ 0, got -1");
   refused("bench " + model_ + " -p 4 -n 4 -r 1 -t 1,-2", "--threads: must be ≥ 0, got -2");
   refused("run " + model_ + " -p x --threads -1", "--threads: must be ≥ 0, got -1");
@@ -142,8 +143,10 @@ TEST_F(CliArgs, RunKeepsTheLeadingSpaceOfTheContinuation) {
   EXPECT_NE(out.find("\n time\n[1 tokens"), std::string::npos) << out;
 }
 
-// ppl --mode prefix: the default --tokens (1024) above the model's 512 positions scores 512 with a
-// note (it failed, blaming --ctx); --ctx, a chunked-mode flag, is refused there instead of ignored.
+// ppl --mode prefix: the default --tokens (1024) above the model's 512 positions reads 512 tokens
+// and scores 511 without a note (the user set nothing); an explicit --tokens above it gets the note,
+// in the same terms as the result line. --ctx, a chunked-mode flag, is refused there instead of
+// ignored.
 TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
   ASSERT_TRUE(ok_);
   const fs::path text = dir_ / "ppl.txt";
@@ -151,8 +154,15 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
     std::ofstream f(text);
     for (int i = 0; i < 120; ++i) f << "Once upon a time there was a little girl named Lily. ";
   }
-  const std::string out = ran("ppl " + model_ + " -f " + text.string() + " --mode prefix --threads 1");
-  EXPECT_NE(out.find("scoring 512"), std::string::npos) << out;
+  std::string out = ran("ppl " + model_ + " -f " + text.string() + " --mode prefix --threads 1");
+  EXPECT_EQ(out.find("note:"), std::string::npos) << out;
+  EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
+  out = ran("ppl " + model_ + " -f " + text.string() + " --mode prefix --tokens 1024 --threads 1");
+  EXPECT_NE(
+      out.find("note: --tokens 1024 exceeds this model's max_position_embeddings (512): using the first "
+               "512 tokens (511 scored)"),
+      std::string::npos)
+      << out;
   EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
   refused("ppl " + model_ + " -f " + dir_.string(), "it is a folder");
@@ -301,6 +311,127 @@ TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
   const std::string out =
       ran("run " + model_ + " -p 'Once upon a time' -n 2 --greedy --system 'be brief' --threads 1");
   EXPECT_NE(out.find("note: --system is ignored: this model has no chat template"), std::string::npos) << out;
+}
+
+// llama-cli users type `-t 4` for threads: ours is the task mask, and the error says so.
+TEST_F(CliArgs, IntegerTaskHintsAtThreads) {
+  ASSERT_TRUE(ok_);
+  const std::string hint = "(-t/--task selects a task mask; the thread count is --threads)";
+  refused("run " + model_ + " -t 2 -p hi -n 1",
+          "unknown task '2': this file has no task masks (available: general, off) " + hint);
+  refused("ppl " + model_ + " -f " + model_ + " -t 4", "unknown task '4'");
+  refused("ppl " + model_ + " -f " + model_ + " -t 4", hint);
+  int rc = 0;
+  const std::string out = cli("run " + model_ + " -t nope -p hi -n 1", rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("unknown task 'nope'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("--threads"), std::string::npos) << out;  // a name, not a number: no hint
+}
+
+// run -f FILE reads the prompt from a file (less one trailing newline, as llama-cli), refuses -p
+// with it, and names a file it cannot read.
+TEST_F(CliArgs, RunPromptFromFile) {
+  ASSERT_TRUE(ok_);
+  const fs::path p = dir_ / "prompt.txt";
+  std::ofstream(p) << "Once upon a\n";
+  const std::string out = ran("run " + model_ + " -f " + p.string() + " -n 1 --greedy --threads 1");
+  EXPECT_NE(out.find("\n time\n[1 tokens"), std::string::npos) << out;
+  refused("run " + model_ + " -p x -f " + p.string() + " -n 1", "--prompt excludes --file");
+  refused("run " + model_ + " -f " + (dir_ / "missing.txt").string() + " -n 1",
+          "Io: -f/--file: cannot read '" + (dir_ / "missing.txt").string() + "': No such file or directory");
+  refused("run " + model_ + " -f " + dir_.string() + " -n 1", "it is a folder");
+}
+
+// --temp is --temperature (llama-cli's spelling), and with run's default repetition penalty (1, as
+// llama.cpp) temperature 0 is exactly --greedy; the old default 1.1 changed the text.
+TEST_F(CliArgs, TempZeroMatchesGreedy) {
+  ASSERT_TRUE(ok_);
+  const std::string base = "run " + model_ + " -p 'Once upon a time' -n 60 --threads 1 --seed 1 ";
+  auto text = [](const std::string& out) { return out.substr(0, out.find("\n[")); };  // less the footer
+  const std::string greedy = text(ran(base + "--greedy"));
+  EXPECT_NE(greedy.find(", there was a little girl named Lily."), std::string::npos) << greedy;
+  EXPECT_EQ(text(ran(base + "--temp 0")), greedy);
+  EXPECT_EQ(text(ran(base + "--temperature 0")), greedy);
+  EXPECT_NE(text(ran(base + "--temp 0 --repeat-penalty 1.1")), greedy);
+  refused(base + "--temp -1", "--temperature: must be ≥ 0, got -1");
+}
+
+// -n -1 generates until end of text or a full context (llama-cli); other negatives stay errors. The
+// prompt is 5 tokens with BOS: 27 more fill the 32 positions, and the last one's logits give a 28th.
+TEST_F(CliArgs, MaxTokensMinusOneFillsTheContext) {
+  ASSERT_TRUE(ok_);
+  const std::string out = ran("run " + model_ + " -p 'Once upon a time' -n -1 --greedy --ctx 32 --threads 1");
+  EXPECT_NE(out.find("[28 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("finish: length]"), std::string::npos) << out;
+  refused("run " + model_ + " -p x -n -2",
+          "--max-tokens: must be ≥ 0 or -1 (until the context is full), got -2");
+}
+
+// --seed -1 is a random seed (llama-cli); a fixed seed repeats; other negatives stay errors.
+TEST_F(CliArgs, SeedMinusOneIsRandom) {
+  ASSERT_TRUE(ok_);
+  const std::string base =
+      "run " + model_ +
+      " -p 'Once upon a time' -n 32 --temperature 1.5 --top-k 0 --top-p 1 --min-p 0 --threads 1 ";
+  auto text = [](const std::string& out) { return out.substr(0, out.find("\n[")); };
+  EXPECT_EQ(text(ran(base + "--seed 7")), text(ran(base + "--seed 7")));
+  const std::string a = text(ran(base + "--seed -1")), b = text(ran(base + "--seed -1")),
+                    c = text(ran(base + "--seed -1"));
+  EXPECT_FALSE(a == b && b == c) << a;
+  refused(base + "--seed -2", "--seed: must be an integer ≥ 0 or -1 (random), got -2");
+  refused(base + "--seed x", "--seed: must be an integer ≥ 0 or -1 (random), got x");
+}
+
+// ppl takes llama-perplexity's -c and --chunks, and ends with its "Final estimate" line.
+TEST_F(CliArgs, PplLlamaSpellings) {
+  ASSERT_TRUE(ok_);
+  const fs::path text = dir_ / "ppl_chunks.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 60; ++i) f << "Once upon a time there was a little girl named Lily. ";
+  }
+  const std::string all = ran("ppl " + model_ + " -f " + text.string() + " -c 64 --threads 1");
+  EXPECT_NE(all.find("chunks: 13 x 64 tokens (text: 842 tokens)"), std::string::npos) << all;
+  const std::string two = ran("ppl " + model_ + " -f " + text.string() + " -c 64 --chunks 2 --threads 1");
+  EXPECT_NE(two.find("chunks: 2 x 64 tokens"), std::string::npos) << two;
+  EXPECT_NE(two.find("over 62 tokens"), std::string::npos) << two;  // 2 × (64/2 − 1)
+  const size_t p = two.find("PPL = ");
+  ASSERT_NE(p, std::string::npos) << two;
+  const std::string value = two.substr(p, two.find(" over", p) - p);  // "PPL = x +/- y"
+  EXPECT_NE(two.find("\nFinal estimate: " + value + "\n"), std::string::npos) << two;
+  refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --chunks 2",
+          "--chunks applies to chunked mode");
+  refused("ppl " + model_ + " -f " + text.string() + " --chunks -3", "--chunks: must be ≥ 0 or -1");
+  // piped: no progress bar
+  EXPECT_EQ(all.find('\r'), std::string::npos) << all;
+}
+
+// On a terminal ppl draws the shared progress bar on stderr (convert and verify do too).
+TEST_F(CliArgs, PplShowsProgressOnATerminal) {
+  ASSERT_TRUE(ok_);
+  if (sh("command -v script").empty()) GTEST_SKIP() << "script(1) missing";
+  const fs::path text = dir_ / "ppl_long.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 4000; ++i) f << "Once upon a time there was a little girl named Lily. ";
+  }
+  const std::string out = sh("timeout 120 script -qec '" + std::string(CORTIQ_CLI_PATH) + " ppl " + model_ +
+                             " -f " + text.string() + " --threads 1 --batch 16 >/dev/null' /dev/null 2>&1");
+  EXPECT_NE(out.find("\r  perplexity ["), std::string::npos) << out;
+}
+
+// An empty or too-short file is named as such, counting the file's own tokens (not the BOS).
+TEST_F(CliArgs, PplEmptyOrShortFile) {
+  ASSERT_TRUE(ok_);
+  const fs::path empty = dir_ / "empty.txt", shortf = dir_ / "short.txt";
+  std::ofstream(empty) << "";
+  std::ofstream(shortf) << "hi";
+  refused("ppl " + model_ + " -f " + empty.string(),
+          "'" + empty.string() + "' is empty: it has no tokens to score");
+  refused("ppl " + model_ + " -f " + empty.string() + " --mode prefix", "is empty");
+  refused("ppl " + model_ + " -f " + shortf.string(),
+          "'" + shortf.string() +
+              "' is too short: it has 2 tokens (plus BOS), fewer than one chunk of --ctx 512");
 }
 
 }  // namespace

@@ -1,8 +1,17 @@
-// `cortiq run <model.cmf>` — one-shot generation with -p, interactive chat without.
+// `cortiq run <model.cmf>` — one-shot generation with -p or -f, interactive chat without.
 // Generated text alone goes to stdout; the Ready line, notes and the footer go to stderr.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
 
 #include "cli/command.h"
 #include "runtime/session.h"
@@ -12,17 +21,45 @@ namespace cortiq::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system;
-  size_t n = 256;
+  std::string model, prompt, prompt_file, system;
+  int64_t n = 256;            ///< -1: until end of text or the context is full (llama-cli)
   runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, -t
   bool greedy = false, raw = false, no_think = false;
-  float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.1f, presence = 0.0f;
+  float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.0f, presence = 0.0f;
   int top_k = 40;
-  uint64_t seed = 0;
+  std::string seed = "-1";  ///< checked by seed_value(); -1 = random (llama-cli)
   std::vector<std::string> stop;
   CLI::Option* prompt_opt = nullptr;
-  CLI::Option* seed_opt = nullptr;
+  CLI::Option* file_opt = nullptr;
 };
+
+/// `--seed` as a number: a decimal uint64, or nullopt for "-1" (a random seed, as llama-cli).
+/// Anything else (other negatives, text, out of range) returns an empty optional too, with `ok`
+/// false.
+std::optional<uint64_t> seed_value(const std::string& s, bool& ok) {
+  ok = true;
+  if (s == "-1") return std::nullopt;
+  ok = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  if (!ok) return std::nullopt;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+  ok = errno == 0;
+  return ok ? std::optional<uint64_t>(v) : std::nullopt;
+}
+
+/// The text of `-f/--file`: the whole file, less one trailing newline (as llama-cli's -f).
+/// Throws Error(Io) naming the file when it cannot be read (missing, unreadable, a folder).
+std::string read_prompt_file(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    fail(ErrorKind::Io, "-f/--file: cannot read '{}': it is a folder", path);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(ErrorKind::Io, "-f/--file: cannot read '{}': {}", path, std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
 
 void print_footer(const runtime::GenerateResult& r) {
   const size_t n = r.ids.size();
@@ -39,11 +76,13 @@ void print_footer(const runtime::GenerateResult& r) {
 }
 
 void run_cmd(const RunArgs& a) {
+  const bool one_shot = a.prompt_opt->count() || a.file_opt->count();
+  const std::string prompt = a.file_opt->count() ? read_prompt_file(a.prompt_file) : a.prompt;
   runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
   std::fprintf(stderr, "Ready: %s | Task: %s | Sparsity: %.0f%%\n", lm.model->arch().arch_name.c_str(),
                lm.active_task.c_str(), lm.sparsity * 100.0);
   runtime::GenerateParams gp;
-  gp.max_tokens = a.n;
+  gp.max_tokens = a.n < 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(a.n);
   gp.stop_strings = a.stop;
   if (a.greedy) {
     gp.sampler = runtime::SamplerParams::greedy();
@@ -55,7 +94,8 @@ void run_cmd(const RunArgs& a) {
     gp.sampler.repeat_penalty = a.repeat_penalty;
     gp.sampler.presence_penalty = a.presence;
   }
-  if (a.seed_opt->count()) gp.sampler.seed = a.seed;
+  bool seed_ok = true;
+  if (const auto seed = seed_value(a.seed, seed_ok)) gp.sampler.seed = *seed;
   const bool chat = !a.raw && lm.bundle.chat_template && !lm.bundle.chat_template->empty();
   if (!chat && !a.system.empty())
     std::fprintf(stderr, "note: --system is ignored: %s\n",
@@ -95,8 +135,8 @@ void run_cmd(const RunArgs& a) {
     print_footer(r);
     return r;
   };
-  if (a.prompt_opt->count()) {
-    turn(a.prompt);
+  if (one_shot) {
+    turn(prompt);
     std::fputc('\n', stdout);
     return;
   }
@@ -121,23 +161,42 @@ void run_cmd(const RunArgs& a) {
 void setup(CLI::App& root) {
   auto a = std::make_shared<RunArgs>();
   a->load.threads = 0;
-  auto* c = root.add_subcommand("run", "Generate text: one-shot with -p, interactive chat without");
+  auto* c = root.add_subcommand("run", "Generate text: one-shot with -p or -f, interactive chat without");
   c->add_option("model", a->model, "model .cmf file")->required();
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
-  c->add_option("-n,--max-tokens", a->n, "tokens to generate (256)");
+  a->file_opt = c->add_option("-f,--file", a->prompt_file,
+                              "prompt (one-shot) read from FILE, less one trailing newline");
+  a->prompt_opt->excludes(a->file_opt);
+  c->add_option("-n,--max-tokens", a->n,
+                "tokens to generate (256; -1 = until end of text or the context is full)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return s.starts_with('-') && s != "-1" ? "must be ≥ 0 or -1 (until the context is full), got " + s
+                                                   : std::string();
+          },
+          "", "N_OR_MINUS_1"));
   c->add_flag("--greedy", a->greedy, "argmax decoding (temperature 0, repetition penalty 1)");
-  c->add_option("--temperature", a->temperature, "sampling temperature (0.7)")->check(non_negative());
+  c->add_option("--temperature,--temp", a->temperature, "sampling temperature (0.7)")->check(non_negative());
   c->add_option("--top-k", a->top_k, "top-k (40; 0 = off)")->check(non_negative());
   c->add_option("--top-p", a->top_p, "top-p (0.9; 1 = off)")->check(in_range(0, 1));
   c->add_option("--min-p", a->min_p, "min-p (0.05; 0 = off)")->check(in_range(0, 1));
-  c->add_option("--repeat-penalty,--rep-penalty", a->repeat_penalty, "repetition penalty (1.1)")
+  c->add_option("--repeat-penalty,--rep-penalty", a->repeat_penalty, "repetition penalty (1 = off)")
       ->check(positive());
   c->add_option("--presence-penalty", a->presence, "presence penalty (0)");
-  a->seed_opt = c->add_option("--seed", a->seed, "sampler seed (default: random)");
+  c->add_option("--seed", a->seed, "sampler seed (default -1: random)")
+      ->type_name("INT")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            bool ok = true;
+            seed_value(s, ok);
+            return ok ? std::string() : "must be an integer ≥ 0 or -1 (random), got " + s;
+          },
+          "", "SEED"));
   c->add_flag("--raw", a->raw, "no chat template: encode the prompt as is (BOS when the tokenizer wants it)");
   c->add_option("--system", a->system, "system message (chat mode)");
   c->add_flag("--no-think", a->no_think, "chat template with enable_thinking=false");
-  c->add_option("-t,--task", a->load.task, "task mask name, or 'off' (default: the file's fallback mask)");
+  c->add_option("-t,--task", a->load.task,
+                "task mask name, or 'off' (default: the file's fallback mask; threads: --threads)");
   add_load_flags(c, a->load);
   c->add_option("--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");

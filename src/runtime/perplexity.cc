@@ -48,10 +48,11 @@ struct Acc {
   }
 };
 
-// Runs `ids` from an empty cache, calling score(j, logits_j) for positions j >= first.
+// Runs `ids` from an empty cache, calling score(j, logits_j) for positions j >= first and
+// progress(positions) after each forward call (when set).
 template <typename F>
 void run_sequence(model::Model& m, std::span<const uint32_t> ids, size_t first, size_t batch, bool kv_f16,
-                  F&& score) {
+                  const std::function<void(size_t)>& progress, F&& score) {
   const size_t n = ids.size(), V = m.vocab_size();
   model::KvCache kv(m.arch(), n, kv_f16);
   if (batch == 0) batch = n;
@@ -60,42 +61,46 @@ void run_sequence(model::Model& m, std::span<const uint32_t> ids, size_t first, 
     const size_t cnt = std::min(batch, n - b);
     if (b + cnt <= first) {
       m.forward(ids.subspan(b, cnt), kv, {}, model::LogitsMode::None);
+      if (progress) progress(cnt);
       continue;
     }
     logits.resize(cnt * V);
     m.forward(ids.subspan(b, cnt), kv, logits, model::LogitsMode::All);
     for (size_t i = 0; i < cnt; ++i)
       if (b + i >= first) score(b + i, std::span<const float>(logits.data() + i * V, V));
+    if (progress) progress(cnt);
   }
 }
 
 }  // namespace
 
 PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, size_t n_ctx,
-                             std::optional<uint32_t> bos, size_t batch, bool kv_f16) {
+                             std::optional<uint32_t> bos, size_t batch, bool kv_f16,
+                             const std::function<void(size_t)>& progress) {
   if (n_ctx < 4) fail(ErrorKind::InvalidArgument, "--ctx must be >= 4 (got {})", n_ctx);
   const size_t n_chunks = ids.size() / n_ctx;
   if (n_chunks == 0)
-    fail(ErrorKind::InvalidArgument, "the text has {} tokens, fewer than one chunk of --ctx {}", ids.size(),
-         n_ctx);
+    fail(ErrorKind::InvalidArgument, "the text has {} token{}, fewer than one chunk of --ctx {}", ids.size(),
+         ids.size() == 1 ? "" : "s", n_ctx);
   Acc acc;
   std::vector<uint32_t> chunk(n_ctx);
   const size_t first = n_ctx / 2;
   for (size_t c = 0; c < n_chunks; ++c) {
     std::copy(ids.begin() + c * n_ctx, ids.begin() + (c + 1) * n_ctx, chunk.begin());
     if (bos) chunk[0] = *bos;
-    run_sequence(m, chunk, first, batch, kv_f16, [&](size_t j, std::span<const float> lg) {
+    run_sequence(m, chunk, first, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
       if (j + 1 < n_ctx) acc.add(token_nll(lg, chunk[j + 1]));
     });
   }
   return acc.result(n_chunks);
 }
 
-PplResult perplexity_prefix(model::Model& m, std::span<const uint32_t> ids, size_t batch, bool kv_f16) {
+PplResult perplexity_prefix(model::Model& m, std::span<const uint32_t> ids, size_t batch, bool kv_f16,
+                            const std::function<void(size_t)>& progress) {
   if (ids.size() < 2)
     fail(ErrorKind::InvalidArgument, "perplexity needs at least 2 tokens (got {})", ids.size());
   Acc acc;
-  run_sequence(m, ids, 0, batch, kv_f16, [&](size_t j, std::span<const float> lg) {
+  run_sequence(m, ids, 0, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
     if (j + 1 < ids.size()) acc.add(token_nll(lg, ids[j + 1]));
   });
   return acc.result(1);

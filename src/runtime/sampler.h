@@ -20,13 +20,14 @@ class SplitMix64 {
   uint64_t s_;
 };
 
-/// Sampler settings. Defaults are the reference's (`cortiq run` without flags).
+/// Sampler settings. Defaults are `cortiq run`'s without flags (repetition penalty 1 = off, as
+/// llama.cpp's and our server's).
 struct SamplerParams {
   float temperature = 0.7f;        ///< < 1e-6 → greedy argmax of the penalized logits
   float top_p = 0.9f;              ///< >= 1 disables
   int top_k = 40;                  ///< <= 0 disables
   float min_p = 0.05f;             ///< <= 0 disables
-  float repeat_penalty = 1.1f;     ///< CTRL rule: l > 0 ? l/r : l·r, once per distinct past id; 1 disables
+  float repeat_penalty = 1.0f;     ///< CTRL rule: l > 0 ? l/r : l·r, once per distinct past id; 1 disables
   float presence_penalty = 0.0f;   ///< subtracted once per distinct past id
   std::optional<uint64_t> seed;    ///< none → std::random_device
   std::vector<uint32_t> suppress;  ///< ids forced to −inf
