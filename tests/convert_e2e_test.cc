@@ -6,6 +6,7 @@
 // (typed error, nothing left behind).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -510,8 +511,8 @@ TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
     f.put(c);
   }
   for (const std::string& cmd : {"compact " + bad.string() + " -o " + out.string(),
-                                "requant " + bad.string() + " --quant q4tp -o " + out.string(),
-                                "requant " + bad.string() + " --quant q8 -o " + out.string()}) {
+                                 "requant " + bad.string() + " --quant q4tp -o " + out.string(),
+                                 "requant " + bad.string() + " --quant q8 -o " + out.string()}) {
     log = cli(cmd, &rc);
     EXPECT_NE(rc, 0) << cmd << "\n" << log;
     EXPECT_NE(log.find("HashMismatch"), std::string::npos) << log;
@@ -520,6 +521,145 @@ TEST_F(ConvertE2E, RequantAndCompactKeepEverythingElse) {
         << log;
     EXPECT_FALSE(fs::exists(out)) << cmd;
   }
+}
+
+/// Exit status of a command run through run_sh (pclose's wait status).
+int exit_status(int rc) {
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/// Flips one bit of the byte at `off` of `p`.
+void flip_byte(const fs::path& p, uint64_t off) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(off));
+  const char c = static_cast<char>(f.get() ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(off));
+  f.put(c);
+}
+
+/// The embedded stories260K checkpoint (models/), converted once to f32 (so a flipped mantissa byte
+/// stays a finite weight and the payload structure stays valid).
+fs::path embedded_stories(const fs::path& dir) {
+  const fs::path out = dir / "emb_stories.cmf";
+  if (fs::exists(out)) return out;
+  int rc = 0;
+  const std::string log = run_sh(std::string(CORTIQ_CLI_PATH) + " convert " + CORTIQ_SOURCE_DIR +
+                                     "/models/stories260K --quant f32 -o " + out.string(),
+                                 &rc);
+  EXPECT_EQ(rc, 0) << log;
+  return out;
+}
+
+// `diff` compares the payload bytes, not only the stored hashes: a flipped weight byte is found,
+// named with its file as damaged (exit 2, as diff(1)/cmp(1) on trouble); errors exit 2 too.
+TEST_F(ConvertE2E, DiffComparesDataAndExitsTwoOnTrouble) {
+  const fs::path s = embedded_stories(dir_), h = dir_ / "emb_damaged.cmf";
+  ASSERT_TRUE(fs::exists(s));
+  fs::copy_file(s, h, fs::copy_options::overwrite_existing);
+  const std::string victim = "model.layers.2.self_attn.v_proj.weight";
+  {
+    auto r = cortiq::cmf::Reader::open(s.string());
+    const auto& t = r.tensor(victim);
+    flip_byte(h, r.envelope(0).data.off + t.off + t.nbytes / 2);
+  }
+  int rc = 0;
+  std::string log = cli("diff " + s.string() + " " + s.string(), &rc);
+  EXPECT_EQ(exit_status(rc), 0) << log;
+  EXPECT_NE(log.find("47 identical, 0 changed, 0 only in a, 0 only in b"), std::string::npos) << log;
+
+  log = cli("diff " + s.string() + " " + h.string(), &rc);
+  EXPECT_EQ(exit_status(rc), 2) << log;
+  EXPECT_NE(log.find("~ " + victim + " (same stored hash"), std::string::npos) << log;
+  EXPECT_NE(log.find("46 identical, 1 changed"), std::string::npos) << log;
+  EXPECT_NE(log.find("Error: HashMismatch: " + h.string() + ": tensor '" + victim +
+                     "' does not match its stored hash"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("cortiq verify " + h.string()), std::string::npos) << log;
+  EXPECT_EQ(log.find(s.string() + ": tensor"), std::string::npos) << log;  // the intact file is not blamed
+
+  // Real differences: exit 1. Errors (a missing or truncated file): exit 2.
+  const fs::path q8 = dir_ / "emb_q8.cmf", cut = dir_ / "emb_cut.cmf";
+  log = cli("requant " + s.string() + " --quant q8 -o " + q8.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("diff " + s.string() + " " + q8.string(), &rc);
+  EXPECT_EQ(exit_status(rc), 1) << log;
+  EXPECT_EQ(log.find("Error"), std::string::npos) << log;
+  log = cli("diff " + s.string() + " " + (dir_ / "emb_missing.cmf").string(), &rc);
+  EXPECT_EQ(exit_status(rc), 2) << log;
+  EXPECT_NE(log.find("Error: Io: "), std::string::npos) << log;
+  fs::copy_file(s, cut, fs::copy_options::overwrite_existing);
+  fs::resize_file(cut, fs::file_size(s) / 2);
+  log = cli("diff " + s.string() + " " + cut.string(), &rc);
+  EXPECT_EQ(exit_status(rc), 2) << log;
+  EXPECT_NE(log.find("Error: Bounds: "), std::string::npos) << log;
+}
+
+// `requant -o` naming its own input (directly, through "./" or a symlink) is refused and leaves the
+// source untouched.
+TEST_F(ConvertE2E, RequantRefusesToOverwriteItsInput) {
+  const fs::path s = embedded_stories(dir_), link = dir_ / "emb_link.cmf";
+  ASSERT_TRUE(fs::exists(s));
+  const std::string before = slurp(s);
+  fs::remove(link);
+  fs::create_symlink(s, link);
+  const std::string dotted = (s.parent_path() / "." / s.filename()).string();
+  for (const std::string& out : {s.string(), dotted, link.string()}) {
+    int rc = 0;
+    const std::string log = cli("requant " + s.string() + " --quant q8 -o " + out, &rc);
+    EXPECT_EQ(exit_status(rc), 1) << log;
+    EXPECT_NE(log.find("Error: InvalidArgument: -o " + out + " is the input file"), std::string::npos) << log;
+  }
+  EXPECT_EQ(slurp(s), before);
+  EXPECT_TRUE(fs::is_symlink(link));
+}
+
+// `template` takes a Hugging Face folder (as `tokenize` does) and reads `--messages -` from stdin.
+TEST_F(ConvertE2E, TemplateTakesAFolderAndStdin) {
+  const fs::path tok = fs::path(CORTIQ_SOURCE_DIR) / "../shared/models/tokenizer-qwen2.5";
+  if (!fs::exists(tok / "tokenizer_config.json")) GTEST_SKIP() << "../shared missing";
+  const fs::path m = dir_ / "tpl_messages.json";
+  std::ofstream(m) << R"([{"role": "user", "content": "Hi"}])";
+  const std::string want = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  int rc = 0;
+  std::string ref =
+      cli("template " + (tok / "tokenizer_config.json").string() + " --messages " + m.string(), &rc);
+  ASSERT_EQ(rc, 0) << ref;
+  EXPECT_NE(ref.find(want), std::string::npos) << ref;
+  std::string log = cli("template " + tok.string() + " --messages " + m.string(), &rc);
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_EQ(log, ref);
+  log = cli("template " + tok.string() + " --messages - < " + m.string(), &rc);
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_EQ(log, ref);
+  log = cli("template " + dir_.string() + " --messages " + m.string(), &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("is a folder without tokenizer_config.json"), std::string::npos) << log;
+}
+
+// `run --check-tensors` refuses a damaged file naming the tensor; without the flag nothing is read
+// ahead of time, and an intact file runs with it.
+TEST_F(ConvertE2E, RunCheckTensorsRefusesADamagedFile) {
+  const fs::path s = embedded_stories(dir_), h = dir_ / "emb_check.cmf";
+  ASSERT_TRUE(fs::exists(s));
+  fs::copy_file(s, h, fs::copy_options::overwrite_existing);
+  const std::string victim = "model.layers.1.mlp.up_proj.weight";
+  {
+    auto r = cortiq::cmf::Reader::open(s.string());
+    const auto& t = r.tensor(victim);
+    flip_byte(h, r.envelope(0).data.off + t.off + 5);
+  }
+  int rc = 0;
+  std::string log = cli("run " + h.string() + " -p Once -n 2 --check-tensors", &rc);
+  EXPECT_EQ(exit_status(rc), 1) << log;
+  EXPECT_NE(log.find("Error: HashMismatch: " + h.string() + ": --check-tensors: tensor '" + victim +
+                     "': hash mismatch"),
+            std::string::npos)
+      << log;
+  log = cli("run " + h.string() + " -p Once -n 2", &rc);
+  EXPECT_EQ(rc, 0) << log;  // opt-in: without the flag the damage goes unchecked
+  log = cli("run " + s.string() + " -p Once -n 2 --check-tensors", &rc);
+  EXPECT_EQ(rc, 0) << log;
 }
 
 TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {

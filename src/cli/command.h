@@ -24,18 +24,20 @@ int register_command(Command c);
 /// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,
 /// bench); a bit set for add_load_flags.
 enum LoadFlag : unsigned {
-  kLoadThreads = 1u << 0,  ///< `--threads N` → LoadOptions::threads: kernel threads, 0 = all cores
-  kLoadExact = 1u << 1,    ///< `--exact` → LoadOptions::exact: f32 activations in every matvec
-                           ///< (kernels::MatmulMode::Exact) instead of int8 activations (Fast)
-  kLoadNoMmap = 1u << 2,   ///< `--no-mmap` → LoadOptions::no_mmap: read the file into anonymous
-                           ///< huge-page memory (MapMode::Memory) instead of mmap'ing it
-  kLoadKvF16 = 1u << 3,    ///< `--kv-f16` → LoadOptions::kv_f16: f16 KV cache instead of f32
-  kLoadAll = kLoadThreads | kLoadExact | kLoadNoMmap | kLoadKvF16,
+  kLoadThreads = 1u << 0,       ///< `--threads N` → LoadOptions::threads: kernel threads, 0 = all cores
+  kLoadExact = 1u << 1,         ///< `--exact` → LoadOptions::exact: f32 activations in every matvec
+                                ///< (kernels::MatmulMode::Exact) instead of int8 activations (Fast)
+  kLoadNoMmap = 1u << 2,        ///< `--no-mmap` → LoadOptions::no_mmap: read the file into anonymous
+                                ///< huge-page memory (MapMode::Memory) instead of mmap'ing it
+  kLoadKvF16 = 1u << 3,         ///< `--kv-f16` → LoadOptions::kv_f16: f16 KV cache instead of f32
+  kLoadCheckTensors = 1u << 4,  ///< `--check-tensors` → LoadOptions::check_tensors: verify every
+                                ///< tensor's hash (as `cortiq verify`) before running
+  kLoadAll = kLoadThreads | kLoadExact | kLoadNoMmap | kLoadKvF16 | kLoadCheckTensors,
 };
 
 /// Adds the flags selected by `which` (LoadFlag bits) to `cmd`, bound to the fields of `opts`, in
-/// the order --threads, --exact, --no-mmap, --kv-f16. Each flag's name and help text live only
-/// here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is not given
+/// the order --threads, --exact, --no-mmap, --kv-f16, --check-tensors. Each flag's name and help text live
+/// only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is not given
 /// leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
 /// threads = 0, as does serve). `opts` must outlive the parse (keep it in the
 /// command's shared state). `-t/--task` and `--ctx` are not here: their meaning and help text differ

@@ -13,6 +13,9 @@ void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which) {
         "--no-mmap", opts.no_mmap,
         "load the file into huge-page memory instead of mmap'ing it (faster decode, file-sized RSS)");
   if (which & kLoadKvF16) cmd->add_flag("--kv-f16", opts.kv_f16, "store the KV cache in f16");
+  if (which & kLoadCheckTensors)
+    cmd->add_flag("--check-tensors", opts.check_tensors,
+                  "verify every tensor's hash before running (as `cortiq verify`; reads the whole file)");
 }
 
 }  // namespace cortiq::cli

@@ -1,8 +1,10 @@
-// `cortiq template <model.cmf|tokenizer_config.json> --messages FILE.json [--tools FILE.json]
-// [--no-generation-prompt] [--no-think]`: prints the chat prompt rendered exactly as transformers'
+// `cortiq template <model.cmf|tokenizer_config.json|HF folder> --messages FILE.json|- [--tools
+// FILE.json] [--no-generation-prompt] [--no-think]`: prints the chat prompt rendered exactly as transformers'
 // apply_chat_template would (src/tokenizer/chat_template.h).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "cli/command.h"
@@ -22,12 +24,32 @@ struct TemplateArgs {
   bool no_think = false;
 };
 
+/// The bytes of file `path`; "-" reads standard input. Throws Error(Io) when it cannot be opened
+/// or is a folder (an ifstream opens a folder and reads nothing).
 std::string read_file(const std::string& path) {
+  std::stringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  if (std::filesystem::is_directory(path)) fail(ErrorKind::Io, "cannot read {}: it is a folder", path);
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(ErrorKind::Io, "cannot open {}", path);
-  std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+/// The tokenizer_config.json to read for `model` when it is not a .cmf: the file itself, or for a
+/// Hugging Face folder (as `cortiq tokenize` accepts) its tokenizer_config.json. Throws
+/// Error(InvalidArgument) for a folder without one.
+std::string tokenizer_config_path(const std::string& model) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(model)) return model;
+  const fs::path p = fs::path(model) / "tokenizer_config.json";
+  if (!fs::exists(p))
+    fail(ErrorKind::InvalidArgument,
+         "'{}' is a folder without tokenizer_config.json: give a .cmf or a tokenizer_config.json", model);
+  return p.string();
 }
 
 nlohmann::ordered_json read_json(const std::string& path) {
@@ -82,15 +104,18 @@ void run(const TemplateArgs& a) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return;
   }
-  std::string out = ChatTemplate::from_tokenizer_config(read_json(a.model), a.name, with_tools).apply(req);
+  std::string out =
+      ChatTemplate::from_tokenizer_config(read_json(tokenizer_config_path(a.model)), a.name, with_tools)
+          .apply(req);
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 void setup(CLI::App& root) {
   auto a = std::make_shared<TemplateArgs>();
   auto* c = root.add_subcommand("template", "Render a chat template (as transformers' apply_chat_template)");
-  c->add_option("model", a->model, "model.cmf or tokenizer_config.json")->required();
-  c->add_option("--messages", a->messages, "JSON file: [messages] or {messages, tools, ...kwargs}")
+  c->add_option("model", a->model, "model.cmf, tokenizer_config.json or a Hugging Face folder")->required();
+  c->add_option("--messages", a->messages,
+                "JSON file (- = stdin): [messages] or {messages, tools, ...kwargs}")
       ->required();
   c->add_option("--tools", a->tools, "JSON file with the tool schemas list");
   c->add_option("--template-name", a->name, "named template variant (e.g. tool_use)");

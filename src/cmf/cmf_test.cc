@@ -718,6 +718,45 @@ TEST(Hostile, TypedErrors) {
   }
 }
 
+/// The message of the Error that opening `b` throws ("" when it opens).
+std::string open_message(std::span<const uint8_t> b) {
+  try {
+    Reader::open_memory(b);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return {};
+}
+
+TEST(Hostile, ForeignMagicNamesTheFormat) {
+  // GGUF: 4-byte magic, version 3; long enough to pass the envelope-size check, and a short one.
+  std::vector<uint8_t> gguf(256, 0);
+  std::memcpy(gguf.data(), "GGUF", 4);
+  gguf[4] = 3;
+  for (size_t n : {gguf.size(), size_t{16}}) {
+    const std::string m = open_message(std::span(gguf).first(n));
+    EXPECT_NE(
+        m.find(n == 16 ? "16 bytes, not a CMF file (magic missing)" : "bad magic 47 47 55 46 at offset 0"),
+        std::string::npos)
+        << m;
+    EXPECT_NE(m.find("; this is a GGUF file; cortiq reads .cmf files"), std::string::npos) << m;
+    EXPECT_EQ(open_error(std::span(gguf).first(n)), ErrorKind::InvalidMagic);
+  }
+  // safetensors: u64 LE header length, then the JSON header.
+  const std::string json = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::vector<uint8_t> st(8 + json.size() + 4 + 100, 0);
+  store_le<uint64_t>(st.data(), json.size());
+  std::memcpy(st.data() + 8, json.data(), json.size());
+  const std::string m = open_message(st);
+  EXPECT_NE(m.find("this looks like a .safetensors file; convert its folder"), std::string::npos) << m;
+  // A zip (PK\x03\x04) or random bytes: no hint.
+  std::vector<uint8_t> zip(256, 0);
+  std::memcpy(zip.data(), "PK\x03\x04", 4);
+  const std::string z = open_message(zip);
+  EXPECT_NE(z.find("bad magic 50 4b 03 04 at offset 0 (expected 43 4d 46 01)"), std::string::npos) << z;
+  EXPECT_EQ(z.find("this "), std::string::npos) << z;
+}
+
 TEST(Hostile, RandomGarbageNeverCrashes) {
   std::mt19937 rng(7);
   const auto base = small_valid_file();

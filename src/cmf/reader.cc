@@ -114,19 +114,36 @@ struct File {
 
 const char* kSecNames[6] = {"header", "dir", "data", "masks", "vocab", "index"};
 
+/// For a file that is not CMF: what it looks like, as "; this is a GGUF file; …" to append to the
+/// InvalidMagic message, or "" when we do not recognise it. GGUF starts with "GGUF"; a safetensors
+/// file with its header length (u64 LE) followed by the JSON header's '{'.
+std::string magic_hint(std::span<const uint8_t> b) {
+  if (b.size() >= 4 && std::equal(b.begin(), b.begin() + 4, "GGUF"))
+    return "; this is a GGUF file; cortiq reads .cmf files (`cortiq convert` takes a Hugging Face "
+           "safetensors folder)";
+  if (b.size() >= 9 && b[8] == '{') {
+    const uint64_t n = load_le<uint64_t>(b.data());
+    if (n >= 2 && n <= 100'000'000)  // safetensors caps its header at 100 MB
+      return "; this looks like a .safetensors file; convert its folder (`cortiq convert <folder> -o "
+             "out.cmf`)";
+  }
+  return {};
+}
+
 void open_file(File& f, const OpenOptions& opt) {
   const auto b = f.bytes;
   if (b.size() < kEnvelopeSize) {
     if (b.size() < 4 || !std::equal(kMagic.begin(), kMagic.end(), b.begin()))
-      fail(ErrorKind::InvalidMagic, "{}: {} bytes, not a CMF file (magic missing)", f.path, b.size());
+      fail(ErrorKind::InvalidMagic, "{}: {} bytes, not a CMF file (magic missing){}", f.path, b.size(),
+           magic_hint(b));
     fail(ErrorKind::Bounds, "{}: file is {} bytes, shorter than the 128-byte envelope", f.path, b.size());
   }
   f.env = Envelope::decode(b.first<kEnvelopeSize>());
   const Envelope& e = f.env;
   if (e.magic != kMagic)
     fail(ErrorKind::InvalidMagic,
-         "{}: bad magic {:02x} {:02x} {:02x} {:02x} at offset 0 (expected 43 4d 46 01)", f.path, e.magic[0],
-         e.magic[1], e.magic[2], e.magic[3]);
+         "{}: bad magic {:02x} {:02x} {:02x} {:02x} at offset 0 (expected 43 4d 46 01){}", f.path, e.magic[0],
+         e.magic[1], e.magic[2], e.magic[3], magic_hint(b));
   if (e.version != kVersion)
     fail(ErrorKind::UnsupportedVersion, "{}: version {} at offset 0x04 (only 2 is supported)", f.path,
          e.version);

@@ -277,6 +277,20 @@ TEST(QuantPlan, SpellingsRulesAndPolicy) {
   EXPECT_EQ(parse_quant("q1_mask").dtype, quant::DType::Q1S);
   EXPECT_EQ(parse_quant("q1_ternary").dtype, quant::DType::Q1T);
   EXPECT_THROW(parse_quant("q3"), Error);
+  EXPECT_EQ(parse_quant("Q1").name, "q1");
+  EXPECT_FALSE(parse_quant("q1").q1p);
+  EXPECT_FALSE(parse_quant("q4tp").q2tp_profile);
+  // the refusal lists every spelling, and points a llama.cpp name at the nearest codec
+  for (const char* name : {"q3", "Q8_0", "q4_k_m"}) try {
+      (void)parse_quant(name);
+      ADD_FAILURE() << name;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      EXPECT_NE(m.find("q8 (q8_row/q8row)"), std::string::npos) << m;
+      EXPECT_NE(m.find("vbit (v_bit/vbit_ro)"), std::string::npos) << m;
+      EXPECT_EQ(m.find("GGUF") != std::string::npos, std::string(name) != "q3") << m;
+    }
   EXPECT_THROW(parse_quant_rule("noequals"), Error);
   EXPECT_THROW(parse_quant_rule("*=zz"), Error);
 

@@ -57,47 +57,56 @@ bool is_q2tp_target(std::string_view n, bool moe) {
 }  // namespace
 
 QuantChoice parse_quant(std::string_view spelling) {
-  const std::string s = lower(spelling);
-  QuantChoice c;
-  auto is = [&](std::initializer_list<const char*> names) {
-    return std::any_of(names.begin(), names.end(), [&](const char* n) { return s == n; });
+  // name, dtype, the other spellings accepted (any case)
+  struct Row {
+    const char* name;
+    DType dtype;
+    std::initializer_list<const char*> aliases;
   };
-  if (is({"q8", "q8_row", "q8row"})) {
-    c.dtype = DType::Q8Row, c.name = "q8";
-  } else if (is({"q8_2f", "q82f", "q8f"})) {
-    c.dtype = DType::Q8_2F, c.name = "q8_2f";
-  } else if (is({"q4", "q4_block", "q4block"})) {
-    c.dtype = DType::Q4Block, c.name = "q4";
-  } else if (is({"q4t", "q4_tiled"})) {
-    c.dtype = DType::Q4Tiled, c.name = "q4t";
-  } else if (is({"q4tp", "q4t_pred"})) {
-    c.dtype = DType::Q4TP, c.name = "q4tp";
-  } else if (is({"q2tp", "q2t_pred"})) {
-    c.dtype = DType::Q2TP, c.name = "q2tp", c.q2tp_profile = true;
-  } else if (is({"f16", "fp16"})) {
-    c.dtype = DType::F16, c.name = "f16";
-  } else if (is({"f32", "fp32"})) {
-    c.dtype = DType::F32, c.name = "f32";
-  } else if (is({"bf16"})) {
-    c.dtype = DType::BF16, c.name = "bf16";
-  } else if (is({"vbit", "v_bit", "vbit_ro"})) {
-    c.dtype = DType::VBitRo, c.name = "vbit";
-  } else if (is({"q1"})) {
-    c.dtype = DType::Q1, c.name = "q1";
-  } else if (is({"q1p", "q1_ptq"})) {
-    c.dtype = DType::Q1, c.name = "q1p", c.q1p = true;
-  } else if (is({"q1s", "q1_mask"})) {
-    c.dtype = DType::Q1S, c.name = "q1s";
-  } else if (is({"q1t", "q1_ternary"})) {
-    c.dtype = DType::Q1T, c.name = "q1t";
-  } else {
-    fail(ErrorKind::InvalidArgument,
-         "unknown quantization '{}' (accepted: f32, f16, bf16, q8, q8_2f, q4, q4t, q4tp, q2tp, vbit, q1, "
-         "q1p, q1s, q1t "
-         "and their aliases)",
-         spelling);
+  static const Row kRows[] = {
+      {"f32", DType::F32, {"fp32"}},
+      {"f16", DType::F16, {"fp16"}},
+      {"bf16", DType::BF16, {}},
+      {"q8", DType::Q8Row, {"q8_row", "q8row"}},
+      {"q8_2f", DType::Q8_2F, {"q82f", "q8f"}},
+      {"q4", DType::Q4Block, {"q4_block", "q4block"}},
+      {"q4t", DType::Q4Tiled, {"q4_tiled"}},
+      {"q4tp", DType::Q4TP, {"q4t_pred"}},
+      {"q2tp", DType::Q2TP, {"q2t_pred"}},
+      {"vbit", DType::VBitRo, {"v_bit", "vbit_ro"}},
+      {"q1", DType::Q1, {}},
+      {"q1p", DType::Q1, {"q1_ptq"}},
+      {"q1s", DType::Q1S, {"q1_mask"}},
+      {"q1t", DType::Q1T, {"q1_ternary"}},
+  };
+  const std::string s = lower(spelling);
+  for (const Row& r : kRows) {
+    const bool hit =
+        s == r.name || std::any_of(r.aliases.begin(), r.aliases.end(), [&](const char* a) { return s == a; });
+    if (!hit) continue;
+    QuantChoice c;
+    c.dtype = r.dtype;
+    c.name = r.name;
+    c.q2tp_profile = r.dtype == DType::Q2TP;
+    c.q1p = c.name == "q1p";
+    return c;
   }
-  return c;
+  std::string accepted;
+  for (const Row& r : kRows) {
+    if (!accepted.empty()) accepted += ", ";
+    accepted += r.name;
+    if (r.aliases.size() == 0) continue;
+    accepted += " (";
+    for (const char* a : r.aliases) accepted += (accepted.back() == '(' ? "" : "/") + std::string(a);
+    accepted += ")";
+  }
+  // llama.cpp's names (q8_0, Q4_K_M…) are other formats; say which of ours is nearest
+  const bool gguf = s.size() > 2 && (s[0] == 'q' || s[0] == 'i') &&
+                    (s.find("_k") != std::string::npos || s.find("_0") != std::string::npos ||
+                     s.find("_1") != std::string::npos);
+  fail(ErrorKind::InvalidArgument, "unknown quantization '{}' (accepted: {}){}", spelling, accepted,
+       gguf ? "; llama.cpp's GGUF types are not CMF codecs: q8 is the 8-bit one, q4tp or q4 the 4-bit ones"
+            : "");
 }
 
 QuantRule parse_quant_rule(std::string_view text) {

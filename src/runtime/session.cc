@@ -19,6 +19,15 @@ std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
   return ids;
 }
 
+namespace {
+/// For a task name that is a number: llama.cpp users type `-t 4` for threads, which is `--task`
+/// here.
+std::string threads_hint(const std::string& task) {
+  const bool integer = !task.empty() && task.find_first_not_of("0123456789") == std::string::npos;
+  return integer ? " (-t/--task selects a task mask; the thread count is --threads)" : "";
+}
+}  // namespace
+
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
   LoadedModel lm;
@@ -31,6 +40,15 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   oo.map_mode = opt.no_mmap ? MapMode::Memory : MapMode::Mmap;
   lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path, oo));
   const cmf::Reader& r = *lm.reader;
+  if (opt.check_tensors) {
+    const std::vector<std::string> problems = r.verify();
+    if (!problems.empty()) {
+      std::string all = problems[0];
+      for (size_t i = 1; i < problems.size(); ++i) all += "; " + problems[i];
+      fail(ErrorKind::HashMismatch,
+           "{}: --check-tensors: {} (the file is damaged; `cortiq verify {}` lists it)", path, all, path);
+    }
+  }
   if (r.is_skill_file())
     fail(ErrorKind::Unsupported,
          "'{}' is a skill file (SKILL_FILE): it holds only a skill's tensors and cannot run on its own; "
@@ -100,14 +118,16 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
     if (!m) {
       std::string names;
       for (const auto& x : cat->masks) names += (names.empty() ? "" : ", ") + x.name;
-      fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off')", opt.task, names);
+      fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off'){}", opt.task, names,
+           threads_hint(opt.task));
     }
     lm.model->set_mask(m);
     lm.active_task = m->name;
     lm.sparsity = m->sparsity;
   } else if (!opt.task.empty() && opt.task != "general") {
     fail(ErrorKind::InvalidArgument,
-         "unknown task '{}': this file has no task masks (available: general, off)", opt.task);
+         "unknown task '{}': this file has no task masks (available: general, off){}", opt.task,
+         threads_hint(opt.task));
   }
   return lm;
 }

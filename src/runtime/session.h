@@ -31,6 +31,10 @@ struct LoadOptions {
   /// `--no-mmap`: load the file into anonymous huge-page memory (util/mmap_file.h MapMode::Memory)
   /// instead of mmap'ing it — slower start, file-sized anonymous RSS, faster decode.
   bool no_mmap = false;
+  /// `--check-tensors`: before binding, run the integrity checks of `cortiq verify`
+  /// (cmf::Reader::verify: every tensor's hash64, header/directory/section hashes) and refuse a
+  /// damaged file with Error(HashMismatch) naming the tensor. Reads the whole file once.
+  bool check_tensors = false;
 };
 
 /// A runnable model: the mapped file, its bound model, tokenizer and chat bundle.
