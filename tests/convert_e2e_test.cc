@@ -595,9 +595,9 @@ TEST_F(ConvertE2E, DiffComparesDataAndExitsTwoOnTrouble) {
   EXPECT_NE(log.find("Error: Bounds: "), std::string::npos) << log;
 }
 
-// `requant -o` naming its own input (directly, through "./" or a symlink) is refused and leaves the
-// source untouched.
-TEST_F(ConvertE2E, RequantRefusesToOverwriteItsInput) {
+// `requant -o` / `compact -o` naming their own input (directly, through "./" or a symlink) are
+// refused and leave the source untouched.
+TEST_F(ConvertE2E, RequantAndCompactRefuseToOverwriteTheirInput) {
   const fs::path s = embedded_stories(dir_), link = dir_ / "emb_link.cmf";
   ASSERT_TRUE(fs::exists(s));
   const std::string before = slurp(s);
@@ -606,9 +606,12 @@ TEST_F(ConvertE2E, RequantRefusesToOverwriteItsInput) {
   const std::string dotted = (s.parent_path() / "." / s.filename()).string();
   for (const std::string& out : {s.string(), dotted, link.string()}) {
     int rc = 0;
-    const std::string log = cli("requant " + s.string() + " --quant q8 -o " + out, &rc);
+    std::string log = cli("requant " + s.string() + " --quant q8 -o " + out, &rc);
     EXPECT_EQ(exit_status(rc), 1) << log;
     EXPECT_NE(log.find("Error: InvalidArgument: -o " + out + " is the input file"), std::string::npos) << log;
+    log = cli("compact " + s.string() + " -o " + out, &rc);  // compact makes the same check
+    EXPECT_EQ(exit_status(rc), 1) << log;
+    EXPECT_NE(log.find("compact would replace its own source"), std::string::npos) << log;
   }
   EXPECT_EQ(slurp(s), before);
   EXPECT_TRUE(fs::is_symlink(link));

@@ -20,6 +20,7 @@ void setup(CLI::App& root) {
   c->add_option("input", a->input, "input .cmf")->required();
   c->add_option("-o,--output", a->output, "output .cmf path")->required();
   c->callback([a] {
+    refuse_overwriting_input(a->input, a->output, "compact");
     auto r = convert::compact_file(a->input, a->output);
     for (const auto& p : r.outputs) std::printf("✓ wrote %s\n", p.c_str());
   });

@@ -2,12 +2,9 @@
 // CMF file under another quantization plan, through dequantization (issue 4).
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
-#include <system_error>
 
 #include "cli/command.h"
-#include "cmf/reader.h"
 #include "convert/convert.h"
 #include "util/error.h"
 
@@ -22,35 +19,8 @@ struct RequantArgs {
   bool allow_nonfinite = false;
 };
 
-/// Whether paths `a` and `b` name the same file: the same inode when both exist (a symlink or hard
-/// link to it counts), else the same weakly canonical path.
-bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
-  ec.clear();
-  const auto ca = std::filesystem::weakly_canonical(a, ec);
-  if (ec) return false;
-  const auto cb = std::filesystem::weakly_canonical(b, ec);
-  return !ec && ca == cb;
-}
-
-/// Throws Error(InvalidArgument) when `output` resolves to `input` or, for an input named as a
-/// shard of a set, to any shard of that set: the output replaces its path atomically at the end, so
-/// the source would be silently lost.
-void refuse_overwriting_input(const std::string& input, const std::string& output) {
-  std::vector<std::string> sources{input};
-  if (const auto sn = cmf::parse_shard_name(input))
-    for (uint32_t k = 1; k <= sn->count; ++k) sources.push_back(cmf::shard_file_name(sn->stem, k, sn->count));
-  for (const auto& src : sources)
-    if (same_file(src, output))
-      fail(ErrorKind::InvalidArgument,
-           "-o {} is the input file {}: requant would replace its own source; write to another path (and "
-           "rename it afterwards if that is what you want)",
-           output, src);
-}
-
 void requant_cmd(const RequantArgs& a) {
-  refuse_overwriting_input(a.input, a.output);
+  refuse_overwriting_input(a.input, a.output, "requant");
   convert::RequantOptions o;
   o.input = a.input;
   o.output = a.output;

@@ -378,6 +378,9 @@ CompletionRequest parse_completion_request(const ojson& b) {
     bad("suffix", "'suffix' (text after the insertion point) is not supported");
   if (auto v = get_int(b, "best_of", 1, 1 << 20); v && *v != 1)
     bad("best_of", "only best_of = 1 is supported");
+  if (b.contains("top_logprobs") && !b["top_logprobs"].is_null())
+    bad("top_logprobs",
+        "'top_logprobs' is a chat completions field; /v1/completions takes 'logprobs': N (0-5)");
   parse_sampling(b, r.sampling, false);
   if (!b.contains("max_tokens")) r.sampling.max_tokens = 16;  // OpenAI's legacy default
   if (r.sampling.max_tokens == size_t{0} && !r.echo)

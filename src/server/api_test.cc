@@ -298,7 +298,8 @@ TEST(CompletionRequest, PromptForms) {
         // not implemented, so refused rather than ignored; stream_options needs stream (OpenAI)
         R"({"prompt":"x","suffix":" end."})", R"({"prompt":"x","best_of":3})",
         R"({"prompt":"x","stream_options":{"include_usage":true}})",
-        R"({"prompt":"x","stream":false,"stream_options":{}})", R"({"prompt":"x","max_tokens":0})"})
+        R"({"prompt":"x","stream":false,"stream_options":{}})", R"({"prompt":"x","max_tokens":0})",
+        R"({"prompt":"x","logprobs":2,"top_logprobs":2})"})
     EXPECT_EQ(400, status_of([&] { parse_completion_request(J(b)); })) << b;
   for (const char* b : {R"({"prompt":"x","suffix":""})", R"({"prompt":"x","suffix":null,"best_of":1})",
                         R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})",

@@ -1,0 +1,40 @@
+// refuse_overwriting_input (cli/command.h): the check requant and compact make before writing.
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "cli/command.h"
+#include "cmf/reader.h"
+#include "util/error.h"
+
+namespace cortiq::cli {
+namespace {
+
+/// Whether paths `a` and `b` name the same file: the same inode when both exist (a symlink or hard
+/// link to it counts), else the same weakly canonical path.
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
+  ec.clear();
+  const auto ca = std::filesystem::weakly_canonical(a, ec);
+  if (ec) return false;
+  const auto cb = std::filesystem::weakly_canonical(b, ec);
+  return !ec && ca == cb;
+}
+
+}  // namespace
+
+void refuse_overwriting_input(const std::string& input, const std::string& output, const char* command) {
+  std::vector<std::string> sources{input};
+  if (const auto sn = cmf::parse_shard_name(input))
+    for (uint32_t k = 1; k <= sn->count; ++k) sources.push_back(cmf::shard_file_name(sn->stem, k, sn->count));
+  for (const auto& src : sources)
+    if (same_file(src, output))
+      fail(ErrorKind::InvalidArgument,
+           "-o {} is the input file {}: {} would replace its own source; write to another path (and "
+           "rename it afterwards if that is what you want)",
+           output, src, command);
+}
+
+}  // namespace cortiq::cli
