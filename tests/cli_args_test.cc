@@ -296,6 +296,22 @@ TEST_F(CliArgs, InteractiveChatSurvivesAFullContext) {
   EXPECT_EQ(footers, 4u) << out;  // turns 1-3 and the last one; the huge one had none
 }
 
+// Interactive chat commands (llama-cli's): /help lists them, /clear forgets the conversation, /exit
+// ends the chat before the lines after it.
+TEST_F(CliArgs, InteractiveChatCommands) {
+  ASSERT_TRUE(ok_);
+  const std::string m = chat_model();
+  ASSERT_TRUE(fs::exists(m));
+  std::ofstream(dir_ / "cmds.txt") << "Hi\n/help\nHi\n/clear\nHi\n/exit\nHi\n";
+  const std::string out = ran("run " + m + " -n 8 --greedy --threads 1 < " + (dir_ / "cmds.txt").string());
+  EXPECT_NE(out.find("/clear        forget the conversation so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("(conversation cleared)"), std::string::npos) << out;
+  size_t footers = 0;
+  for (size_t p = out.find(" tokens · "); p != std::string::npos; p = out.find(" tokens · ", p + 1))
+    ++footers;
+  EXPECT_EQ(footers, 3u) << out;  // three "Hi" before /exit, none after
+}
+
 // `info` says whether the file can chat and which ids start and end a sequence.
 TEST_F(CliArgs, InfoShowsTheChatBundle) {
   ASSERT_TRUE(ok_);

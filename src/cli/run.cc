@@ -140,12 +140,25 @@ void run_cmd(const RunArgs& a) {
     std::fputc('\n', stdout);
     return;
   }
-  std::fprintf(stderr, "\nType your message (Ctrl+C to exit):\n");
+  std::fprintf(stderr, "\nType your message (/help for commands, /exit or Ctrl+D to end):\n");
   std::string line;
   for (;;) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
+    // llama-cli's chat commands; any other line is a message, also one that starts with '/'
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/help") {
+      std::fprintf(stderr, "/exit, /quit  end the chat\n/clear        forget the conversation so far\n");
+      continue;
+    }
+    if (line == "/clear") {  // the --system message stays
+      messages.clear();
+      if (!a.system.empty()) messages.push_back({"system", a.system});
+      session.reset();
+      std::fprintf(stderr, "(conversation cleared)\n");
+      continue;
+    }
     if (!chat) session.reset();
     try {
       turn(line);
