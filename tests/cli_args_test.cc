@@ -431,8 +431,10 @@ TEST_F(CliArgs, PplShowsProgressOnATerminal) {
     std::ofstream f(text);
     for (int i = 0; i < 4000; ++i) f << "Once upon a time there was a little girl named Lily. ";
   }
-  const std::string out = sh("timeout 120 script -qec '" + std::string(CORTIQ_CLI_PATH) + " ppl " + model_ +
-                             " -f " + text.string() + " --threads 1 --batch 16 >/dev/null' /dev/null 2>&1");
+  // CORTIQ_NO_PROGRESS (set by .ci/run for logs) would turn the bar off: this test is about the bar
+  const std::string out =
+      sh("timeout 120 script -qec 'env -u CORTIQ_NO_PROGRESS " + std::string(CORTIQ_CLI_PATH) + " ppl " +
+         model_ + " -f " + text.string() + " --threads 1 --batch 16 >/dev/null' /dev/null 2>&1");
   EXPECT_NE(out.find("\r  perplexity ["), std::string::npos) << out;
 }
 
