@@ -537,6 +537,16 @@ void flip_byte(const fs::path& p, uint64_t off) {
   f.put(c);
 }
 
+/// Copies `src` to `dst` and flips one bit of byte `pos` of tensor `name`'s payload in the copy
+/// (the stored hash is left as it was: a damaged file).
+void damaged_copy(const fs::path& src, const fs::path& dst, const std::string& name, uint64_t pos) {
+  fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
+  auto r = cortiq::cmf::Reader::open(src.string());
+  const auto& t = r.tensor(name);
+  ASSERT_LT(pos, t.nbytes) << name;
+  flip_byte(dst, r.envelope(0).data.off + t.off + pos);
+}
+
 /// The embedded stories260K checkpoint (models/), converted once to f32 (so a flipped mantissa byte
 /// stays a finite weight and the payload structure stays valid).
 fs::path embedded_stories(const fs::path& dir) {
@@ -555,13 +565,8 @@ fs::path embedded_stories(const fs::path& dir) {
 TEST_F(ConvertE2E, DiffComparesDataAndExitsTwoOnTrouble) {
   const fs::path s = embedded_stories(dir_), h = dir_ / "emb_damaged.cmf";
   ASSERT_TRUE(fs::exists(s));
-  fs::copy_file(s, h, fs::copy_options::overwrite_existing);
   const std::string victim = "model.layers.2.self_attn.v_proj.weight";
-  {
-    auto r = cortiq::cmf::Reader::open(s.string());
-    const auto& t = r.tensor(victim);
-    flip_byte(h, r.envelope(0).data.off + t.off + t.nbytes / 2);
-  }
+  damaged_copy(s, h, victim, 5);
   int rc = 0;
   std::string log = cli("diff " + s.string() + " " + s.string(), &rc);
   EXPECT_EQ(exit_status(rc), 0) << log;
@@ -645,13 +650,8 @@ TEST_F(ConvertE2E, TemplateTakesAFolderAndStdin) {
 TEST_F(ConvertE2E, RunCheckTensorsRefusesADamagedFile) {
   const fs::path s = embedded_stories(dir_), h = dir_ / "emb_check.cmf";
   ASSERT_TRUE(fs::exists(s));
-  fs::copy_file(s, h, fs::copy_options::overwrite_existing);
   const std::string victim = "model.layers.1.mlp.up_proj.weight";
-  {
-    auto r = cortiq::cmf::Reader::open(s.string());
-    const auto& t = r.tensor(victim);
-    flip_byte(h, r.envelope(0).data.off + t.off + 5);
-  }
+  damaged_copy(s, h, victim, 5);
   int rc = 0;
   std::string log = cli("run " + h.string() + " -p Once -n 2 --check-tensors", &rc);
   EXPECT_EQ(exit_status(rc), 1) << log;

@@ -57,6 +57,9 @@ CLI::Validator non_negative();
 CLI::Validator positive();
 /// lo ≤ value ≤ hi ("must be in [0, 1], got 5").
 CLI::Validator in_range(double lo, double hi);
+/// A count that may also be -1, which means `minus_one` ("must be ≥ 0 or -1 (all chunks), got -5";
+/// run's -n, ppl's --chunks, as llama.cpp spells "no limit").
+CLI::Validator non_negative_or_minus_one(const std::string& minus_one);
 
 /// Adds non_negative() to every option of `app` and of its subcommands (recursively) whose value
 /// type is unsigned (CLI11 type name "UINT"): CLI11 2.1 converts "-5" into an unsigned option as

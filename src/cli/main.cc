@@ -54,6 +54,15 @@ CLI::Validator positive() {
       "", "POSITIVE");
 }
 
+CLI::Validator non_negative_or_minus_one(const std::string& minus_one) {
+  return CLI::Validator(
+      [minus_one](std::string& s) -> std::string {
+        return s.starts_with('-') && s != "-1" ? "must be ≥ 0 or -1 (" + minus_one + "), got " + s
+                                               : std::string();
+      },
+      "", "N_OR_MINUS_1");
+}
+
 CLI::Validator in_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {

@@ -182,12 +182,7 @@ void setup(CLI::App& root) {
   a->prompt_opt->excludes(a->file_opt);
   c->add_option("-n,--max-tokens", a->n,
                 "tokens to generate (256; -1 = until end of text or the context is full)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            return s.starts_with('-') && s != "-1" ? "must be ≥ 0 or -1 (until the context is full), got " + s
-                                                   : std::string();
-          },
-          "", "N_OR_MINUS_1"));
+      ->check(non_negative_or_minus_one("until the context is full"));
   c->add_flag("--greedy", a->greedy, "argmax decoding (temperature 0, repetition penalty 1)");
   c->add_option("--temperature,--temp", a->temperature, "sampling temperature (0.7)")->check(non_negative());
   c->add_option("--top-k", a->top_k, "top-k (40; 0 = off)")->check(non_negative());

@@ -3,13 +3,13 @@
 // apply_chat_template would (src/tokenizer/chat_template.h).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
 #include "tokenizer/chat_template.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -24,18 +24,11 @@ struct TemplateArgs {
   bool no_think = false;
 };
 
-/// The bytes of file `path`; "-" reads standard input. Throws Error(Io) when it cannot be opened
-/// or is a folder (an ifstream opens a folder and reads nothing).
-std::string read_file(const std::string& path) {
+/// The bytes of file `path` (cortiq::read_file); "-" reads standard input.
+std::string read_input(const std::string& path) {
+  if (path != "-") return cortiq::read_file(path);
   std::stringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  if (std::filesystem::is_directory(path)) fail(ErrorKind::Io, "cannot read {}: it is a folder", path);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(ErrorKind::Io, "cannot open {}", path);
-  ss << f.rdbuf();
+  ss << std::cin.rdbuf();
   return ss.str();
 }
 
@@ -54,7 +47,7 @@ std::string tokenizer_config_path(const std::string& model) {
 
 nlohmann::ordered_json read_json(const std::string& path) {
   try {
-    return nlohmann::ordered_json::parse(read_file(path));
+    return nlohmann::ordered_json::parse(read_input(path));
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::Parse, "{}: invalid JSON: {}", path, e.what());
   }

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cmf/format.h"
 #include "server/api.h"
 #include "server/connection.h"
 #include "server/engine.h"
@@ -220,12 +221,7 @@ class Service {
     ojson toks = ojson::array();
     for (uint32_t id : ids) {
       const std::string raw = lm_.tokenizer->token_bytes(id);
-      ojson piece = raw;
-      if (logprob_token(raw) != raw) {
-        piece = ojson::array();
-        for (unsigned char c : raw) piece.push_back(static_cast<int>(c));
-      }
-      toks.push_back({{"id", id}, {"piece", std::move(piece)}});
+      toks.push_back({{"id", id}, {"piece", cmf::is_valid_utf8(raw) ? ojson(raw) : byte_list(raw)}});
     }
     send_json(res, 200, {{"tokens", std::move(toks)}, {"count", ids.size()}});
   }
@@ -710,12 +706,17 @@ class Service {
   /// (logprob_token).
   std::string piece(uint32_t id) const { return logprob_token(lm_.tokenizer->token_bytes(id)); }
 
+  /// The bytes of `s` as a JSON list of integers 0–255 (logprobs' `bytes`, /tokenize's pieces).
+  static ojson byte_list(std::string_view s) {
+    ojson out = ojson::array();
+    for (unsigned char c : s) out.push_back(static_cast<int>(c));
+    return out;
+  }
+
   ojson chat_logprob(const TokenLogprob& t) const {
     auto entry = [&](uint32_t id, float lp) {
       const std::string raw = lm_.tokenizer->token_bytes(id);
-      ojson bytes = ojson::array();
-      for (unsigned char c : raw) bytes.push_back(static_cast<int>(c));
-      return ojson{{"token", logprob_token(raw)}, {"logprob", lp}, {"bytes", bytes}};
+      return ojson{{"token", logprob_token(raw)}, {"logprob", lp}, {"bytes", byte_list(raw)}};
     };
     ojson e = entry(t.id, t.logprob);
     ojson top = ojson::array();

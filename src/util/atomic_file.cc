@@ -139,6 +139,8 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 }
 
 std::string read_file(const std::string& path) {
+  // an ifstream opens a folder and reads it as empty
+  if (std::filesystem::is_directory(path)) fail(ErrorKind::Io, "cannot read '{}': it is a folder", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorKind::Io, "cannot open '{}': {}", path, std::strerror(errno));
   std::ostringstream ss;

@@ -49,7 +49,8 @@ void remove_temporaries_on_signals();
 /// Writes `bytes` to `path` atomically (temp + fsync + rename).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
-/// Reads a whole file into a string; throws Error(Io).
+/// Reads a whole file into a string; throws Error(Io) when it cannot be opened or read, or is a
+/// folder.
 std::string read_file(const std::string& path);
 
 }  // namespace cortiq

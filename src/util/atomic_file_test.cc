@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "util/error.h"
+
 namespace cortiq {
 namespace {
 
@@ -64,6 +66,21 @@ TEST(AtomicFile, SignalRemovesTheTemporary) {
   EXPECT_FALSE(fs::exists(temp + std::to_string(pid)));
   EXPECT_FALSE(fs::exists(out));
   fs::remove_all(out.parent_path());
+}
+
+// read_file gives the bytes, and names a folder or a missing file instead of reading "" from it.
+TEST(AtomicFile, ReadFileRefusesAFolder) {
+  const fs::path f = scratch("r.bin");
+  write_file_atomic(f.string(), std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("a\0b"), 3));
+  EXPECT_EQ(read_file(f.string()), std::string("a\0b", 3));
+  for (const fs::path& bad : {f.parent_path(), f.parent_path() / "missing"}) try {
+      (void)read_file(bad.string());
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Io) << e.what();
+      EXPECT_NE(e.message().find(bad.string()), std::string::npos) << e.what();
+    }
+  fs::remove_all(f.parent_path());
 }
 
 }  // namespace
