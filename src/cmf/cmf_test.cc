@@ -23,13 +23,19 @@ namespace {
 namespace fs = std::filesystem;
 using quant::DType;
 
+/// This process's scratch folder, removed with everything in it when the process exits (ctest runs
+/// every test as a process of its own, so one folder per test must not be left behind).
 std::string tmp_dir() {
-  static std::string d = [] {
-    auto p = fs::temp_directory_path() / fmt::format("cmf_test_{}", ::getpid());
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return d;
+  struct Dir {
+    fs::path p = fs::temp_directory_path() / fmt::format("cmf_test_{}", ::getpid());
+    Dir() { fs::create_directories(p); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  };
+  static const Dir d;
+  return d.p.string();
 }
 
 std::vector<uint8_t> read_all(const std::string& p) {
