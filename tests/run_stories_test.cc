@@ -3,7 +3,9 @@
 // greedy_bos.json, 256 tokens, with the near-tie at step 185), and the prompted golden too;
 // `cortiq ppl` prints a finite perplexity. Skips when ../shared is absent.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "runtime/session.h"
 #include "shell.h"
 
 namespace {
@@ -111,3 +114,65 @@ TEST_F(StoriesE2E, UnknownTaskListsAvailable) {
 }
 
 }  // namespace
+
+// GenerateParams::cancel (what `run`'s Ctrl-C sets) ends the answer before the next token with
+// finish "cancelled", keeping the text so far; the session then answers the next prompt as usual.
+TEST_F(StoriesE2E, CancelEndsTheAnswerAndTheSessionGoesOn) {
+  if (dir_.empty()) GTEST_SKIP() << "../shared missing";
+  ASSERT_TRUE(ok_);
+  cortiq::runtime::LoadOptions opt;
+  opt.threads = 1;
+  auto lm = cortiq::runtime::load_model((dir_ / "s.cmf").string(), opt);
+  cortiq::runtime::Session session(lm);
+  cortiq::runtime::GenerateParams gp;
+  gp.max_tokens = 64;
+  gp.sampler = cortiq::runtime::SamplerParams::greedy();
+  std::atomic<bool> cancel{false};
+  gp.cancel = &cancel;
+  const auto prompt = lm.encode_raw("Once upon a time");
+  const auto full = session.generate(prompt, gp);
+  ASSERT_EQ(full.finish, "max_tokens");
+  ASSERT_EQ(full.ids.size(), 64u);
+
+  session.reset();
+  std::string streamed;
+  size_t pieces = 0;
+  const auto cut = session.generate(prompt, gp, [&](std::string_view s) {
+    streamed += s;
+    if (++pieces == 5) cancel.store(true);  // as if Ctrl-C came while the 5th piece was printed
+  });
+  EXPECT_EQ(cut.finish, "cancelled");
+  ASSERT_GE(cut.ids.size(), 5u);
+  ASSERT_LT(cut.ids.size(), 64u);
+  EXPECT_TRUE(std::equal(cut.ids.begin(), cut.ids.end(), full.ids.begin()));  // the same greedy prefix
+  EXPECT_EQ(streamed, cut.text);
+  EXPECT_EQ(full.text.substr(0, cut.text.size()), cut.text);
+
+  cancel.store(false);  // the next answer runs to its end again
+  session.reset();
+  const auto again = session.generate(prompt, gp);
+  EXPECT_EQ(again.finish, "max_tokens");
+  EXPECT_EQ(again.ids, full.ids);
+}
+
+// Ctrl-C at the interactive prompt ends `run` with the shell's status for SIGINT (130), after the
+// prompt was shown; stdin stays open (a FIFO), so only the signal can end it.
+TEST_F(StoriesE2E, CtrlCAtThePromptEndsTheChat) {
+  if (dir_.empty()) GTEST_SKIP() << "../shared missing";
+  ASSERT_TRUE(ok_);
+  const auto err = dir_ / "sigint.err", script = dir_ / "sigint.sh", fifo = dir_ / "sigint.fifo";
+  // stdin is a FIFO this script also holds open for writing: it never reaches end of file
+  std::ofstream(script) << "rm -f " << fifo.string() << "; mkfifo " << fifo.string() << "; exec 3<>"
+                        << fifo.string() << "\n"
+                        << CORTIQ_CLI_PATH << " run " << (dir_ / "s.cmf").string() << " --threads 1 <"
+                        << fifo.string() << " 2>" << err.string() << " &\nP=$!\n"
+                        << "for i in $(seq 1 200); do grep -q '^> ' " << err.string()
+                        << " 2>/dev/null && break; sleep 0.1; done\n"
+                        << "kill -INT $P; wait $P; echo rc=$?\n";
+  const std::string out = sh("bash " + script.string());
+  EXPECT_NE(out.find("rc=130"), std::string::npos) << out;
+  std::ifstream f(err);
+  const std::string e((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(e.find("Ctrl+C stops an answer"), std::string::npos) << e;
+  EXPECT_EQ(e.substr(e.size() >= 3 ? e.size() - 3 : 0), "> \n") << e;  // the handler's newline
+}

@@ -1,6 +1,11 @@
 // `cortiq run <model.cmf>` — one-shot generation with -p or -f, interactive chat without.
 // Generated text alone goes to stdout; the Ready line, notes and the footer go to stderr.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +64,31 @@ std::string read_prompt_file(const std::string& path) {
   std::string text = ss.str();
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
+}
+
+// Ctrl-C in the interactive chat, as in llama-cli: during an answer it ends that answer (the
+// text so far is kept, finish "cancelled") and the chat goes on; at the prompt it ends the program
+// (exit status 130, the shell's for SIGINT). Lock-free atomics, so the handler may touch them.
+std::atomic<bool> g_answering{false};
+std::atomic<bool> g_cancel{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigint(int) {
+  if (g_answering.load()) {
+    g_cancel.store(true);
+    return;
+  }
+  const char nl = '\n';
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, &nl, 1);
+  ::_exit(130);
+}
+
+void install_sigint_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a write to stdout interrupted mid-answer resumes
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 void print_footer(const runtime::GenerateResult& r) {
@@ -129,7 +159,16 @@ void run_cmd(const RunArgs& a) {
     } else {
       ids = lm.encode_raw(user);
     }
-    auto r = session.generate(ids, gp, stream);
+    g_cancel.store(false);
+    g_answering.store(true);
+    runtime::GenerateResult r;
+    try {
+      r = session.generate(ids, gp, stream);
+    } catch (...) {
+      g_answering.store(false);
+      throw;
+    }
+    g_answering.store(false);
     if (chat) messages.push_back({"assistant", r.text});
     std::fflush(stdout);
     print_footer(r);
@@ -140,7 +179,10 @@ void run_cmd(const RunArgs& a) {
     std::fputc('\n', stdout);
     return;
   }
-  std::fprintf(stderr, "\nType your message (/help for commands, /exit or Ctrl+D to end):\n");
+  gp.cancel = &g_cancel;
+  install_sigint_handler();
+  std::fprintf(stderr,
+               "\nType your message (/help for commands, /exit or Ctrl+D to end; Ctrl+C stops an answer):\n");
   std::string line;
   for (;;) {
     std::fprintf(stderr, "> ");
@@ -149,7 +191,10 @@ void run_cmd(const RunArgs& a) {
     // llama-cli's chat commands; any other line is a message, also one that starts with '/'
     if (line == "/exit" || line == "/quit") break;
     if (line == "/help") {
-      std::fprintf(stderr, "/exit, /quit  end the chat\n/clear        forget the conversation so far\n");
+      std::fprintf(
+          stderr,
+          "/exit, /quit  end the chat (or Ctrl+D, or Ctrl+C at the prompt)\n/clear        forget the "
+          "conversation so far\nCtrl+C        stop the answer being written\n");
       continue;
     }
     if (line == "/clear") {  // the --system message stays

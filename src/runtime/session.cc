@@ -199,6 +199,10 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   res.finish = "max_tokens";
   bool stopped = false;
   for (size_t i = 0; i < gp.max_tokens; ++i) {
+    if (gp.cancel && gp.cancel->load(std::memory_order_relaxed)) {
+      res.finish = "cancelled";
+      break;
+    }
     const uint32_t next = sampler.sample(logits, seen);
     if (i == 0) res.ttft_s = std::chrono::duration<double>(clock::now() - t0).count();
     res.ids.push_back(next);

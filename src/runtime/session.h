@@ -1,6 +1,7 @@
 // Loading a .cmf for inference and running generation (ENGINE-NOTES §3.1, §3.13, §3.14).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -77,6 +78,10 @@ struct GenerateParams {
   size_t max_tokens = 256;
   SamplerParams sampler;
   std::vector<std::string> stop_strings;
+  /// When set, checked before each token is sampled: true ends the run with finish "cancelled"
+  /// (the text so far is kept). A signal handler may set it (a lock-free atomic), as `run`'s
+  /// interactive chat does on Ctrl-C. The prompt's prefill itself is not interrupted.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// One conversation / sequence over a LoadedModel. Keeps the KV cache across calls: a new prompt
