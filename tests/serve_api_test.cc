@@ -37,8 +37,9 @@ namespace {
 
 using cortiq::test::sh;
 
-// A tiny chat template (the stories tokenizer has none) that also renders tool calls.
+// A tiny chat template (the stories tokenizer has none) that also renders the tools and tool calls.
 const char* kTemplate =
+    "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}"
     "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for tc in m.tool_calls %}[call {{ "
     "tc.function.name }} {{ tc.function.arguments | tojson }}]{% endfor %}{% else %}{{ m.content }}{% endif "
     "%}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
@@ -716,7 +717,7 @@ std::vector<json> sse_events(const std::string& body) {
 // DeepSeek-R1's does: the answer is reasoning until </think> (stories260K never writes one). With
 // --reasoning-format none the greedy text comes back in content; by default it comes back as
 // reasoning_content, newlines stripped at both ends, with content "", and the stream's reasoning
-// deltas add up to the same.
+// deltas add up to the same. The template has no tools, so requests with tools are refused.
 TEST_F(ServeE2E, ReasoningTemplateSplitsThinkBlock) {
   if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
   ASSERT_TRUE(ok_);
@@ -755,6 +756,15 @@ TEST_F(ServeE2E, ReasoningTemplateSplitsThinkBlock) {
   }
   EXPECT_EQ(reasoning, want) << r.body;
   EXPECT_EQ(content, "") << r.body;
+  // This template never reads `tools`: a request with tools is refused instead of answered as if
+  // the model had seen them; tool_choice "none" hides them, so that one is served.
+  EXPECT_EQ(http(port_, "GET", "/health").j()["capabilities"]["tools"], false);
+  const std::string tools = R"(,"tools":[{"type":"function","function":{"name":"f"}}])";
+  r = http(port_, "POST", "/v1/chat/completions", req + tools + "}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.j()["error"]["param"], "tools") << r.body;
+  EXPECT_EQ(http(port_, "POST", "/v1/chat/completions", req + tools + R"(,"tool_choice":"none"})").status,
+            200);
   stop_server();
 }
 

@@ -414,6 +414,10 @@ ToolFormat tool_format_of(std::string_view chat_template) {
   return ToolFormat::BareJson;
 }
 
+bool template_supports_tools(std::string_view chat_template) {
+  return chat_template.find("tools") != std::string_view::npos;
+}
+
 namespace {
 
 std::string trim(std::string_view s) {

@@ -116,6 +116,12 @@ enum class ToolFormat {
 /// BareJson for any other template (Llama 3.x writes plain JSON), Any for an empty template.
 ToolFormat tool_format_of(std::string_view chat_template);
 
+/// Whether a chat template can show the model the request's `tools`: it reads the `tools` variable
+/// (Qwen, Llama 3.x, Mistral v3+ and Hermes templates do; stories260K's, Gemma 3's and Mistral 7B
+/// v0.1's do not). A request with tools for a template that cannot is refused (400) rather than
+/// rendered without them.
+bool template_supports_tools(std::string_view chat_template);
+
 /// What a request allows as a tool call.
 struct ToolContext {
   ToolFormat format = ToolFormat::Any;

@@ -382,6 +382,9 @@ TEST(ToolCalls, FormatOfTheTemplateAndDeclaredNamesOnly) {
   EXPECT_EQ(tool_format_of("{{ '[TOOL_CALLS]' }}"), ToolFormat::Mistral);
   EXPECT_EQ(tool_format_of("<|start_header_id|>ipython"), ToolFormat::BareJson);
   EXPECT_EQ(tool_format_of(""), ToolFormat::Any);
+  EXPECT_TRUE(template_supports_tools("{% if tools %}{{ tools | tojson }}{% endif %}"));
+  EXPECT_FALSE(template_supports_tools("{% for m in messages %}{{ m.content }}{% endfor %}"));
+  EXPECT_FALSE(template_supports_tools(""));
 
   const char* json = R"({"name":"Bob","age":3})";
   EXPECT_TRUE(parse_tool_calls(json, true, {ToolFormat::Hermes, {"get_weather"}}).calls.empty());

@@ -151,7 +151,7 @@ class Service {
                {"cancelled", st.cancelled},
                {"prompt_tokens", st.prompt_tokens},
                {"prompt_tokens_cached", st.reused_tokens},
-               {"capabilities", {{"tools", tmpl_ && tmpl_->source().find("tool") != std::string::npos}}}});
+               {"capabilities", {{"tools", tmpl_ && template_supports_tools(tmpl_->source())}}}});
   }
 
   void masks(httplib::Response& res) {
@@ -619,6 +619,12 @@ class Service {
 
   std::string render(const ChatCompletionRequest& r) {
     if (!tmpl_) throw ApiError(400, "this model has no chat template: use /v1/completions with a raw prompt");
+    if (!r.tools.is_null() && !template_supports_tools(tmpl_->source()))
+      throw ApiError(400,
+                     "this model's chat template does not support tools (it never reads 'tools'), so the "
+                     "model would not see them: send the request without tools, or serve with "
+                     "--chat-template-file naming a template that has them",
+                     "invalid_request_error", "tools");
     ChatRequest cr;
     cr.messages = r.messages;
     if (tool_format_ == ToolFormat::Mistral) mistral_call_ids(cr.messages);  // its templates want 9 alnum ids

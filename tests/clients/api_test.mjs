@@ -192,6 +192,7 @@ await check('tool-call round trip: assistant tool_calls (content null) -> tool -
   // The replayed call reached the template.
   const ids = (await rawPost('/tokenize', JSON.stringify({ messages, tools }))).json.tokens;
   const text = (await rawPost('/detokenize', JSON.stringify({ tokens: ids }))).json.content;
+  assert.ok(text.startsWith('tools: get_secret_number'), text);  // the tools reached the template
   assert.ok(text.includes('call get_secret_number'), text);
   assert.ok(text.includes('42.69'), text);
   assert.equal(r.usage.prompt_tokens, ids.length);
