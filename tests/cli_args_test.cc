@@ -2,6 +2,7 @@
 // names the flag and the rule (CLI11 2.1 alone would wrap "-5" into 2^64 − 5 for an unsigned flag,
 // and its PositiveNumber prints the whole double range), and the model-level refusals name the
 // limit. Uses the embedded models/stories260K (converted once to a temporary f32 file).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -310,6 +311,32 @@ TEST_F(CliArgs, InteractiveChatCommands) {
   for (size_t p = out.find(" tokens · "); p != std::string::npos; p = out.find(" tokens · ", p + 1))
     ++footers;
   EXPECT_EQ(footers, 3u) << out;  // three "Hi" before /exit, none after
+}
+
+// `info --sections` lists the envelope's sections as the Reader sees them: offsets, lengths, the
+// stored hashes, absent ones named, and the file's size in the last line.
+TEST_F(CliArgs, InfoListsSections) {
+  ASSERT_TRUE(ok_);
+  const auto r = cortiq::cmf::Reader::open(model_);
+  const auto& e = r.envelope();
+  const std::string out = ran("info " + model_ + " --sections");
+  EXPECT_NE(
+      out.find(fmt::format("1\theader\t128\t{}\t{}\n", e.header.len, cortiq::cmf::hex16(e.header_hash))),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find(fmt::format("1\tdir\t{}\t{}\t{}\n", 128 + e.header.len, e.dir.len,
+                                 cortiq::cmf::hex16(e.dir_hash))),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(fmt::format("1\tdata\t{}\t{}\t-\n", e.data.off, e.data.len)), std::string::npos) << out;
+  EXPECT_NE(out.find("1\tmasks\tabsent\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("1\tvocab\t{}\t{}\t{}\n", e.vocab.off, e.vocab.len,
+                                 *r.header().section_hashes.vocab)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(fmt::format("# 1 file(s), {} bytes", fs::file_size(model_))), std::string::npos) << out;
+  const std::string j = ran("info " + model_ + " --sections --json");
+  EXPECT_NE(j.find("\"section\": \"index\""), std::string::npos) << j;
 }
 
 // `info` says whether the file can chat and which ids start and end a sequence.

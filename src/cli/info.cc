@@ -1,5 +1,5 @@
-// `cortiq info <file> [--tensors PREFIX] [--json]` — summary of a CMF file or shard set
-// (CLI-NOTES §2.1).
+// `cortiq info <file> [--tensors PREFIX] [--sections] [--json]` — summary of a CMF file or shard
+// set (CLI-NOTES §2.1); --sections lists each file's envelope sections (spec §1, FORMAT-NOTES §1.2).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -19,6 +19,7 @@ struct InfoOpts {
   std::string file;
   std::string prefix;
   bool tensors = false;
+  bool sections = false;
   bool json = false;
 };
 
@@ -28,11 +29,59 @@ std::string shape_str(const std::vector<uint64_t>& s) {
   return r + "]";
 }
 
+/// `--sections`: per file, the six envelope sections with offset and length in bytes, and the hash
+/// the file stores for it (envelope header_hash / dir_hash, header.section_hashes of file 1 for
+/// masks, vocab and index; the data section has per-tensor hashes instead). Absent = (0, 0).
+void print_sections(const cmf::Reader& r, bool json) {
+  nlohmann::json arr = nlohmann::json::array();
+  uint64_t total = 0;
+  for (size_t f = 0; f < r.num_files(); ++f) {
+    const cmf::Envelope& e = r.envelope(f);
+    const auto& sh = r.header().section_hashes;
+    auto stored = [&](const std::optional<std::string>& v) { return f == 0 && v ? *v : std::string(); };
+    const struct {
+      const char* name;
+      cmf::Section s;
+      std::string hash;
+    } rows[] = {
+        {"header", e.header, e.header_hash ? cmf::hex16(e.header_hash) : ""},
+        {"dir", e.dir, e.dir_hash ? cmf::hex16(e.dir_hash) : ""},
+        {"data", e.data, ""},
+        {"masks", e.masks, stored(sh.masks)},
+        {"vocab", e.vocab, stored(sh.vocab)},
+        {"index", e.index, stored(sh.index)},
+    };
+    total += r.file_bytes(f).size();
+    for (const auto& x : rows) {
+      if (json) {
+        nlohmann::json j = {{"file", f + 1}, {"section", x.name}, {"present", x.s.present()}};
+        if (x.s.present()) j.update({{"offset", x.s.off}, {"length", x.s.len}});
+        j["stored_hash"] = x.hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.hash);
+        arr.push_back(std::move(j));
+      } else if (x.s.present()) {
+        std::printf("%zu\t%s\t%llu\t%llu\t%s\n", f + 1, x.name, static_cast<unsigned long long>(x.s.off),
+                    static_cast<unsigned long long>(x.s.len), x.hash.empty() ? "-" : x.hash.c_str());
+      } else {
+        std::printf("%zu\t%s\tabsent\n", f + 1, x.name);
+      }
+    }
+  }
+  if (json)
+    std::printf("%s\n", arr.dump(2).c_str());
+  else
+    std::printf("# %zu file(s), %llu bytes (columns: file, section, offset, length, stored hash)\n",
+                r.num_files(), static_cast<unsigned long long>(total));
+}
+
 void run_info(const InfoOpts& o) {
   using namespace cmf;
   Reader r = Reader::open(o.file);
   const Header& h = r.header();
   const ModelArch& a = h.arch;
+  if (o.sections) {
+    print_sections(r, o.json);
+    return;
+  }
   if (o.tensors) {
     uint64_t n = 0, bytes = 0;
     nlohmann::json arr = nlohmann::json::array();
@@ -168,9 +217,14 @@ void setup_info(CLI::App& root) {
   c->add_option("--tensors", o->prefix, "list tensors whose name starts with PREFIX ('' = all)")
       ->expected(0, 1)
       ->each([o](const std::string&) { o->tensors = true; });
+  c->add_flag(
+      "--sections", o->sections,
+      "list each file's sections (header, dir, data, masks, vocab, index): offset, length, stored hash");
   c->add_flag("--json", o->json, "machine-readable JSON output");
   c->callback([c, o] {
     if (c->count("--tensors")) o->tensors = true;
+    if (o->tensors && o->sections)
+      throw CLI::ValidationError("--sections", "give --tensors or --sections, not both");
     run_info(*o);
   });
 }
