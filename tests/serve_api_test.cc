@@ -308,6 +308,54 @@ TEST_F(ServeE2E, EngineStopHoldsBackOnlyPartialMatches) {
   ASSERT_NE(at, std::string::npos) << plain->text;
   EXPECT_EQ(lily->text, plain->text.substr(0, at));
   EXPECT_EQ(lily->finish, "stop");
+
+  // With logprobs, a token's logprob goes out with the call that sends the end of its text: it
+  // waits while that text is held back, and the tokens that wrote only a matched stop string are
+  // dropped with it. The greedy text is ", there was a little girl named Lily. She loved to play
+  // outside…": "play inside" holds back "play" until " outside" (two logprobs in one call) and
+  // never matches; "Lily" matches, and " Lily", whose space is returned, keeps its logprob.
+  struct Calls {
+    std::mutex mu;
+    std::vector<std::pair<std::string, std::vector<uint32_t>>> calls;  // text, logprob token ids
+  };
+  for (const std::string stop : {"play inside", "Lily"}) {
+    auto calls = std::make_shared<Calls>();
+    auto done = std::make_shared<Collected>();
+    auto j = make_job(lm, "Once upon a time", 40, done);
+    j->stop = {stop};
+    j->top_logprobs = 0;
+    j->on_text = [calls](std::string_view t, std::vector<cortiq::server::TokenLogprob>&& lps) {
+      std::vector<uint32_t> ids;
+      for (const auto& x : lps) ids.push_back(x.id);
+      std::lock_guard<std::mutex> g(calls->mu);
+      calls->calls.emplace_back(std::string(t), std::move(ids));
+    };
+    ASSERT_TRUE(eng.submit(j));
+    wait_done(*done);
+    std::string text, lp_text;
+    size_t n_lp = 0, most = 0;
+    for (size_t c = 0; c < calls->calls.size(); ++c) {
+      const auto& [t, ids] = calls->calls[c];
+      text += t;
+      for (uint32_t id : ids) lp_text += lm.tokenizer->token_bytes(id);
+      n_lp += ids.size();
+      most = std::max(most, ids.size());
+      if (c + 1 < calls->calls.size()) {  // never ahead of the text sent
+        EXPECT_EQ(text.substr(0, lp_text.size()), lp_text) << stop << ", call " << c;
+      }
+    }
+    if (stop == "Lily") {
+      EXPECT_EQ(done->finish, "stop");
+      EXPECT_EQ(text, lily->text);
+      EXPECT_EQ(lp_text, text + "Lily");
+    } else {
+      EXPECT_EQ(done->finish, "length");
+      EXPECT_EQ(text, plain->text);
+      EXPECT_EQ(lp_text, text);
+      EXPECT_EQ(n_lp, done->tokens);
+      EXPECT_GE(most, 2u);  // " play" waited for " outside"
+    }
+  }
 }
 
 // Prompt scoring (completions' echo + logprobs): a prompt longer than kPromptScoreChunk is run in

@@ -51,7 +51,13 @@ struct Engine::Slot {
   size_t emitted = 0;
   bool prefilled = false;
   uint32_t last = 0;
-  std::vector<TokenLogprob> pending_lp;
+  /// Logprobs of generated tokens not yet sent, with where each token's text ends in `full`
+  /// (begin: where it starts): one goes out with the on_text call whose text reaches its end.
+  struct PendingLp {
+    TokenLogprob lp;
+    size_t begin, end;
+  };
+  std::vector<PendingLp> pending_lp;
   // Prompt scoring (Job::prompt_logprobs): prompt tokens run so far, and the chunk's logits.
   size_t scored = 0;
   std::vector<float> chunk_logits;
@@ -331,7 +337,7 @@ void Engine::loop() {
       const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
       // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
       // logprobs tokens joined give the content).
-      if (lp && !is_eos) s->pending_lp.push_back(std::move(*lp));
+      const size_t text_begin = s->full.size();
       if (is_eos) {
         reason = "stop";
       } else if (s->dec) {
@@ -341,11 +347,16 @@ void Engine::loop() {
         } else {
           s->full += s->dec->push(next);
         }
+      }
+      if (lp && !is_eos) s->pending_lp.push_back({std::move(*lp), text_begin, s->full.size()});
+      if (!is_eos && s->dec) {
         size_t cut = std::string::npos;
         for (const auto& st : job.stop) cut = std::min(cut, s->full.find(st));
         if (cut != std::string::npos) {
           s->full.resize(cut);
           reason = "stop";
+          // the tokens that wrote only stop-string text go with it
+          std::erase_if(s->pending_lp, [cut](const Slot::PendingLp& p) { return p.begin >= cut; });
         }
       }
       if (reason.empty() && s->generated >= job.max_tokens) reason = "length";
@@ -360,14 +371,20 @@ void Engine::loop() {
         for (const auto& st : job.stop) hold = std::max(hold, partial_tag_suffix(s->full, st));
         upto = utf8_safe_prefix(s->full, s->full.size() - hold);
       }
-      if ((upto > s->emitted || !s->pending_lp.empty()) && job.on_text) {
+      // the logprobs of the tokens whose text is out with this call (all of them at the end)
+      size_t nlp = 0;
+      while (nlp < s->pending_lp.size() && (!reason.empty() || s->pending_lp[nlp].end <= upto)) ++nlp;
+      if ((upto > s->emitted || nlp > 0) && job.on_text) {
+        std::vector<TokenLogprob> lps;
+        lps.reserve(nlp);
+        for (size_t k = 0; k < nlp; ++k) lps.push_back(std::move(s->pending_lp[k].lp));
+        s->pending_lp.erase(s->pending_lp.begin(), s->pending_lp.begin() + static_cast<std::ptrdiff_t>(nlp));
         try {
           job.on_text(std::string_view(s->full).substr(s->emitted, upto > s->emitted ? upto - s->emitted : 0),
-                      std::move(s->pending_lp));
+                      std::move(lps));
         } catch (...) {
           job.cancel = true;
         }
-        s->pending_lp.clear();
       }
       s->emitted = std::max(s->emitted, upto);
       if (!reason.empty()) finish(*s, reason);

@@ -116,7 +116,10 @@ struct Job {
   std::vector<uint32_t> keep_special;
 
   /// Text that became final (never part of a stop string, UTF-8 complete), with the logprobs of the
-  /// tokens generated since the previous call.
+  /// tokens whose text it completes: a token's logprob waits with its text while that text may
+  /// still become a stop string, and the tokens that only wrote a matched stop string are dropped
+  /// with it (llama.cpp's server drops them too). Called with empty text and logprobs when a token
+  /// writes no text yet (part of a UTF-8 character).
   std::function<void(std::string_view text, std::vector<TokenLogprob>&& lps)> on_text;
   /// Called exactly once at the end. finish: "stop" | "length" | "cancelled" | "error".
   std::function<void(const std::string& finish, size_t completion_tokens, const std::string& error)> on_done;
