@@ -67,14 +67,14 @@ int connect_loopback(int port) {
 
 // One HTTP/1.1 request over a fresh loopback connection (Connection: close).
 Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-          const std::string& extra_headers = "") {
+          const std::string& extra_headers = "", const std::string& content_type = "application/json") {
   Http r;
   const int fd = connect_loopback(port);
   if (fd < 0) return r;
   std::string req =
       method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
   if (!body.empty() || method == "POST")
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
   size_t off = 0;
   while (off < req.size()) {
@@ -538,6 +538,12 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   r = http(port_, "POST", "/v1/completions", R"({"prompt":[1,99999]})", auth);
   EXPECT_EQ(r.status, 400);
 
+  // `curl -d` sends application/x-www-form-urlencoded: the body is read as JSON all the same, up to
+  // --max-body (cpp-httplib alone would refuse such a body over 8192 bytes)
+  r = http(port_, "POST", "/tokenize", R"({"content":")" + std::string(20000, 'x') + R"("})", auth,
+           "application/x-www-form-urlencoded");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(r.j()["tokens"].empty()) << r.body;
   r = http(port_, "POST", "/v1/completions", "{\"prompt\":\"" + std::string(70000, 'x') + "\"}", auth);
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(r.j()["error"]["type"], "invalid_request_error");

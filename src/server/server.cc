@@ -897,6 +897,14 @@ int run_server(const ServerOptions& opt) {
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // Every route reads its body as JSON whatever the Content-Type says, as OpenAI's API and
+    // llama.cpp's server do. `curl -d` sends application/x-www-form-urlencoded, and cpp-httplib
+    // 0.11 refuses such a body over 8192 bytes (its compiled-in form limit, not --max-body) after
+    // reading it: the header is dropped here, before the body is read, so the --max-body limit
+    // alone applies. (The Request routing() passes here is not const; the handler type is.)
+    if (auto ct = req.headers.find("Content-Type");
+        ct != req.headers.end() && ct->second.rfind("application/x-www-form-urlencoded", 0) == 0)
+      const_cast<httplib::Request&>(req).headers.erase(ct);
     if (key.empty() || req.path == "/health" || req.path == "/healthz")
       return httplib::Server::HandlerResponse::Unhandled;
     // `Authorization: Bearer KEY` (the scheme is case-insensitive, RFC 9110 §11.1) or, as llama.cpp's
