@@ -62,6 +62,13 @@ void remove_temporaries_on_signals() {
 }
 
 AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
+  // A folder (or a name ending in '/') would only fail at the rename, after all the work: say so now.
+  std::error_code ec;
+  if (final_path_.empty() || final_path_.back() == '/' || std::filesystem::is_directory(final_path_, ec))
+    fail(ErrorKind::InvalidArgument, "output '{}' is a folder: give a file name (e.g. {}/model.cmf)",
+         final_path_,
+         final_path_.empty() ? std::string(".")
+                             : std::filesystem::path(final_path_).lexically_normal().string());
   temp_path_ = final_path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(ErrorKind::Io, "cannot create '{}': {}", temp_path_, std::strerror(errno));

@@ -11,7 +11,8 @@ namespace cortiq {
 /// A file written under a temporary name and renamed to its final name only by `commit()`.
 /// If destroyed without `commit()` (an exception, an early return) the temporary is removed and
 /// the final path is untouched. Supports sequential writes and positional patches (`pwrite`).
-/// Every method throws Error(Io) naming the path on failure.
+/// Every method throws Error(Io) naming the path on failure; the constructor throws
+/// Error(InvalidArgument) when `final_path` is a folder or ends in '/'.
 class AtomicFile {
  public:
   explicit AtomicFile(std::string final_path);

@@ -69,6 +69,21 @@ TEST(AtomicFile, SignalRemovesTheTemporary) {
 }
 
 // read_file gives the bytes, and names a folder or a missing file instead of reading "" from it.
+// An output that names a folder is refused before anything is written (it used to fail only at
+// the final rename, after a whole conversion).
+TEST(AtomicFile, RefusesAFolderAsOutput) {
+  const fs::path d = scratch("x").parent_path();
+  for (const std::string& bad : {d.string(), d.string() + "/", (d / "new").string() + "/"}) try {
+      AtomicFile f(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+      EXPECT_NE(e.message().find("is a folder"), std::string::npos) << e.what();
+    }
+  EXPECT_TRUE(fs::is_empty(d));  // no temporary left behind
+  fs::remove_all(d);
+}
+
 TEST(AtomicFile, ReadFileRefusesAFolder) {
   const fs::path f = scratch("r.bin");
   write_file_atomic(f.string(), std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("a\0b"), 3));
