@@ -643,6 +643,32 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
       http(port_, "POST", "/detokenize", R"({"tokens":[1],"skip_special_tokens":false})").j()["content"],
       "<s>");
   EXPECT_EQ(r.j()["choices"][0]["text"], want) << r.body;
+
+  // Penalties as OpenAI defines them count the completion only: " Lily" of the prompt is not
+  // penalized by presence_penalty (it used to be, and the greedy answer became " Sue" while the
+  // logprobs still put " Lily" first). repeat_penalty counts the prompt too (HF, llama.cpp), and the
+  // logprobs are of the penalized distribution: greedy takes its first entry.
+  const std::string lily =
+      R"({"prompt":"Once upon a time, there was a girl named Lily. One day, a little girl named",)"
+      R"("temperature":0,"max_tokens":2,"logprobs":2)";
+  const json plain = http(port_, "POST", "/v1/completions", lily + "}").j()["choices"][0];
+  const json presence =
+      http(port_, "POST", "/v1/completions", lily + R"(,"presence_penalty":2})").j()["choices"][0];
+  ASSERT_EQ(plain["logprobs"]["tokens"][0], " Lily") << plain;
+  EXPECT_EQ(presence["logprobs"]["tokens"][0], " Lily") << presence;
+  EXPECT_EQ(presence["logprobs"]["top_logprobs"][0], plain["logprobs"]["top_logprobs"][0]);
+  const json repeat =
+      http(port_, "POST", "/v1/completions", lily + R"(,"repeat_penalty":1.5})").j()["choices"][0];
+  for (size_t i = 0; i < 2; ++i) {
+    const json& top = repeat["logprobs"]["top_logprobs"][i];
+    std::string best;
+    double best_lp = -1e30;
+    for (const auto& [tok, lp] : top.items())
+      if (lp.get<double>() > best_lp) best_lp = lp.get<double>(), best = tok;
+    EXPECT_EQ(repeat["logprobs"]["tokens"][i], best) << repeat;  // greedy = the first logprob
+  }
+  EXPECT_NE(repeat["logprobs"]["token_logprobs"][0], plain["logprobs"]["token_logprobs"][0]) << repeat;
+
   r = http(port_, "POST", "/v1/completions",
            R"({"prompt":"Once upon a time","max_tokens":1,"logit_bias":{"99999":1}})");
   EXPECT_EQ(r.status, 400) << r.body;
@@ -702,6 +728,12 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
     EXPECT_LT(lp["token_logprobs"][1].get<double>(), 0.0) << r.body;
     // offsets index the returned text "Once upon…": <s> and the space "▁Once" starts with count nothing
     EXPECT_EQ(lp["text_offset"], json::parse("[0,0,4,9]")) << r.body;
+    // offsets count characters, as OpenAI's (Python indices): "▁b" of "a 中 b" starts at 3, not at
+    // byte 5; the three byte tokens of 中 add up to one character
+    const auto cjk = http(port_, "POST", "/v1/completions",
+                          R"({"prompt":"a 中 b","max_tokens":0,"echo":true,"logprobs":0})");
+    ASSERT_EQ(cjk.status, 200) << cjk.body;
+    EXPECT_EQ(cjk.j()["choices"][0]["logprobs"]["text_offset"].back(), 3) << cjk.body;
     EXPECT_EQ(r.j()["choices"][0]["text"].get<std::string>().substr(0, 9), "Once upon") << r.body;
     EXPECT_EQ(r.j()["usage"]["completion_tokens"], 1) << r.body;
     const auto zero = http(port_, "POST", "/v1/completions",

@@ -100,21 +100,19 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
   if (auto v = get_number(b, "top_p", 0.0, 1.0)) s.sampler.top_p = static_cast<float>(*v);
   if (auto v = get_int(b, "top_k", -1, 1 << 30)) s.sampler.top_k = static_cast<int>(*v);
   if (auto v = get_number(b, "min_p", 0.0, 1.0)) s.sampler.min_p = static_cast<float>(*v);
+  // The penalties are the engine's (Job::repeat_penalty); the sampler's own stay neutral.
   s.sampler.repeat_penalty = 1.0f;
+  s.sampler.presence_penalty = 0.0f;
   // vLLM's name, then llama.cpp server's (the latter wins when both are given)
-  if (auto v = get_number(b, "repetition_penalty", 0.01, 10.0))
-    s.sampler.repeat_penalty = static_cast<float>(*v);
-  if (auto v = get_number(b, "repeat_penalty", 0.01, 10.0)) s.sampler.repeat_penalty = static_cast<float>(*v);
-  if (auto v = get_number(b, "presence_penalty", -2.0, 2.0))
-    s.sampler.presence_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "repetition_penalty", 0.01, 10.0)) s.repeat_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "repeat_penalty", 0.01, 10.0)) s.repeat_penalty = static_cast<float>(*v);
+  if (auto v = get_number(b, "presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*v);
   if (auto v = get_number(b, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
   if (auto v = get_int(b, "seed", INT64_MIN, INT64_MAX)) s.sampler.seed = static_cast<uint64_t>(*v);
   if (s.sampler.temperature < 1e-6f)
     s.sampler = [&] {
       auto g = runtime::SamplerParams::greedy();
       g.seed = s.sampler.seed;
-      g.presence_penalty = s.sampler.presence_penalty;
-      g.repeat_penalty = s.sampler.repeat_penalty;
       return g;
     }();
   // completions take 0 with echo (score the prompt, generate nothing: parse_completion_request)

@@ -51,6 +51,8 @@ ojson error_body(int status, std::string_view message);
 struct SamplingOptions {
   runtime::SamplerParams sampler;    ///< chain settings (see runtime/sampler.h)
   float frequency_penalty = 0.0f;    ///< subtracted count(id in completion) times, per OpenAI
+  float presence_penalty = 0.0f;     ///< subtracted once per id in the completion, per OpenAI
+  float repeat_penalty = 1.0f;       ///< llama.cpp's repeat_penalty / vLLM's repetition_penalty (prompt too)
   std::optional<size_t> max_tokens;  ///< none → up to the context
   std::vector<std::string> stop;     ///< up to 4 strings
   bool logprobs = false;

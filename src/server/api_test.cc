@@ -263,8 +263,9 @@ TEST(ChatRequest, SamplingFields) {
   EXPECT_EQ(r.sampling.sampler.top_k, 7);
   EXPECT_FLOAT_EQ(r.sampling.sampler.min_p, 0.1f);
   EXPECT_EQ(r.sampling.sampler.seed, 42u);
-  EXPECT_FLOAT_EQ(r.sampling.sampler.repeat_penalty, 1.0f);
-  EXPECT_FLOAT_EQ(r.sampling.sampler.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.sampler.presence_penalty, 0.0f);  // the engine applies it, not the sampler
   EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 0.25f);
   EXPECT_EQ(r.sampling.max_tokens, 9u);
   EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
@@ -277,7 +278,7 @@ TEST(ChatRequest, SamplingFields) {
   // temperature 0 → the greedy chain (as `cortiq run --greedy`).
   auto g = parse_chat_request(J(R"({"messages":[{"role":"user","content":"x"}],"temperature":0})"));
   EXPECT_LT(g.sampling.sampler.temperature, 1e-6f);
-  EXPECT_FLOAT_EQ(g.sampling.sampler.repeat_penalty, 1.0f);
+  EXPECT_FLOAT_EQ(g.sampling.repeat_penalty, 1.0f);
   EXPECT_FALSE(g.sampling.max_tokens.has_value());
 }
 
@@ -305,13 +306,12 @@ TEST(CompletionRequest, PromptForms) {
                         R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})",
                         R"({"prompt":"x","max_tokens":0,"echo":true})"})
     EXPECT_EQ(200, status_of([&] { parse_completion_request(J(b)); })) << b;
-  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x"})")).sampling.sampler.repeat_penalty, 1.0f);
-  // llama.cpp server's field name and vLLM's
-  EXPECT_EQ(
-      parse_completion_request(J(R"({"prompt":"x","repeat_penalty":1.3})")).sampling.sampler.repeat_penalty,
-      1.3f);
-  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x","repetition_penalty":1.2})"))
-                .sampling.sampler.repeat_penalty,
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x"})")).sampling.repeat_penalty, 1.0f);
+  // llama.cpp server's field name and vLLM's; the sampler's own penalty stays neutral
+  const auto rp = parse_completion_request(J(R"({"prompt":"x","repeat_penalty":1.3})")).sampling;
+  EXPECT_EQ(rp.repeat_penalty, 1.3f);
+  EXPECT_EQ(rp.sampler.repeat_penalty, 1.0f);
+  EXPECT_EQ(parse_completion_request(J(R"({"prompt":"x","repetition_penalty":1.2})")).sampling.repeat_penalty,
             1.2f);
 }
 

@@ -317,9 +317,13 @@ void Engine::loop() {
         finish(*s, "length");
         continue;
       }
+      // Job's adjustments (see Job::repeat_penalty): the logprobs below are of this distribution,
+      // the one greedy decoding takes its maximum of, before temperature and truncation.
       std::span<float> logits(s->logits);
-      if (job.frequency_penalty != 0.0f)
-        for (const auto& [id, n] : s->counts) logits[id] -= job.frequency_penalty * static_cast<float>(n);
+      if (job.repeat_penalty != 1.0f) runtime::apply_penalties(logits, s->seen, job.repeat_penalty, 0.0f);
+      if (job.frequency_penalty != 0.0f || job.presence_penalty != 0.0f)
+        for (const auto& [id, n] : s->counts)
+          logits[id] -= job.frequency_penalty * static_cast<float>(n) + job.presence_penalty;
       for (const auto& [id, bias] : job.logit_bias) logits[id] += bias;
       std::optional<TokenLogprob> lp;
       const uint32_t next = [&] {

@@ -97,8 +97,16 @@ struct TokenLogprob {
 /// A generation job. Callbacks run on the engine thread and must not block for long.
 struct Job {
   std::vector<uint32_t> prompt;  ///< non-empty, < ctx tokens
+  /// Temperature, top-k/p, min-p and seed. The penalties below are applied by the engine before
+  /// the logprobs are taken, so the sampler's own repeat/presence penalties should be left neutral.
   runtime::SamplerParams sampler;
+  /// Logit adjustments, in this order, before logprobs and sampling: repeat_penalty over the prompt
+  /// and the tokens generated (HF / llama.cpp: divide a positive logit, multiply a negative one,
+  /// once per distinct id), frequency_penalty × count and presence_penalty once for each id in the
+  /// completion only (OpenAI's definitions), then logit_bias.
+  float repeat_penalty = 1.0f;
   float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
   std::vector<std::pair<uint32_t, float>> logit_bias;  ///< added to the logits before sampling (ids < vocab)
   size_t max_tokens = 16;                              ///< already capped by the context
   std::vector<std::string> stop;                       ///< stop strings (cut from the text)

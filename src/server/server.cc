@@ -24,6 +24,7 @@
 #include "server/connection.h"
 #include "server/engine.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/jinja/value.h"
 #include "util/atomic_file.h"
 
 namespace cortiq::server {
@@ -389,7 +390,7 @@ class Service {
         gen.insert(gen.end(), e.lps.begin(), e.lps.end());
       });
       ojson lp = empty_completion_logprobs();
-      size_t offset = echo.size();
+      size_t offset = jinja::utf8_length(echo);
       if (scored) add_prompt_logprobs(lp, *g.job);
       for (const auto& t : gen) add_completion_logprob(lp, t, offset);
       send_json(res, 200,
@@ -398,7 +399,7 @@ class Service {
                                 done.completion_tokens));
       return;
     }
-    auto offset = std::make_shared<size_t>(echo.size());
+    auto offset = std::make_shared<size_t>(jinja::utf8_length(echo));
     // A scored prompt's echo chunk waits for the scores: it goes out with the first event.
     auto echo_due = std::make_shared<bool>(scored);
     auto scored_echo = [this, echo, echo_due, job = g.job](std::vector<ojson>& out) {
@@ -672,7 +673,9 @@ class Service {
     job->mask = resolve_task(task);
     job->prompt = std::move(prompt);
     job->sampler = s.sampler;
+    job->repeat_penalty = s.repeat_penalty;
     job->frequency_penalty = s.frequency_penalty;
+    job->presence_penalty = s.presence_penalty;
     for (const auto& [id, bias] : s.logit_bias)
       if (id >= lm_.model->vocab_size())
         throw ApiError(400,
@@ -732,11 +735,13 @@ class Service {
   }
 
   /// Appends generated token `t` to a completion choice's logprobs at text position `offset` and
-  /// moves `offset` past the token's bytes.
+  /// moves `offset` past the token. Positions count characters (code points), as OpenAI's
+  /// text_offset does (Python string indices); a token holding part of a character counts its
+  /// lead byte only, so the pieces of one character add up to one.
   void add_completion_logprob(ojson& lp, const TokenLogprob& t, size_t& offset) const {
     offset += push_completion_logprob(lp, t, offset);
   }
-  /// Appends token `t` with text_offset `at`; returns the token's size in bytes.
+  /// Appends token `t` with text_offset `at`; returns the token's length in characters.
   size_t push_completion_logprob(ojson& lp, const TokenLogprob& t, size_t at) const {
     const std::string raw = lm_.tokenizer->token_bytes(t.id);
     lp["tokens"].push_back(logprob_token(raw));
@@ -745,7 +750,7 @@ class Service {
     for (const auto& [id, v] : t.top) top[piece(id)] = v;
     lp["top_logprobs"].push_back(top);
     lp["text_offset"].push_back(at);
-    return raw.size();
+    return jinja::utf8_length(raw);
   }
 
   /// The prompt's share of a scored completion's logprobs (Job::prompt_lps): its first token with
@@ -760,10 +765,10 @@ class Service {
     lp["token_logprobs"].push_back(nullptr);
     lp["top_logprobs"].push_back(nullptr);
     lp["text_offset"].push_back(at);
-    at += dec.push(job.prompt.front()).size();
+    at += jinja::utf8_length(dec.push(job.prompt.front()));
     for (size_t i = 0; i < job.prompt_lps.size(); ++i) {
       (void)push_completion_logprob(lp, job.prompt_lps[i], at);
-      at += dec.push(job.prompt[i + 1]).size();
+      at += jinja::utf8_length(dec.push(job.prompt[i + 1]));
     }
   }
 
