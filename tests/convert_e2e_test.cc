@@ -693,7 +693,20 @@ TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {
     s.replace(s.find("\"llama\""), 7, "\"mamba\"");
     std::ofstream(d / "config.json") << s;
   };
+  // config.json's layer count against the checkpoint's (found by a newcomer trial: one layer too
+  // many gave a file that only failed at load, one too few a file with a dead layer)
+  auto layers_plus = [](int delta) {
+    return [delta](const fs::path& d) {
+      auto c = nlohmann::json::parse(slurp(d / "config.json"));
+      c["num_hidden_layers"] = c["num_hidden_layers"].get<int>() + delta;
+      std::ofstream(d / "config.json") << c.dump();
+    };
+  };
   const std::vector<Case> cases = {
+      {"bad_layers_more", "--family llama", "--quant q8", "but the checkpoint has no tensor of layer",
+       layers_plus(1)},
+      {"bad_layers_fewer", "--family llama", "--quant q8", "config.json says num_hidden_layers",
+       layers_plus(-1)},
       {"bad_trunc", "--family llama", "--quant q8", "Bounds", truncate},
       {"bad_lie", "--family llama", "--quant q8", "model.embed_tokens.weight", lie},
       {"bad_noconfig", "--family llama", "--quant q8", "config.json", no_config},

@@ -104,6 +104,10 @@ StTensor row_slice(const StTensor& t, uint64_t row_begin, uint64_t rows) {
 
 }  // namespace
 
+bool write_order_less(const std::string& a, const std::string& b) {
+  return order_key(a) < order_key(b);
+}
+
 std::string canonical_name(const std::string& source) {
   std::string n = source;
   for (std::string_view drop : {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
@@ -188,6 +192,25 @@ TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch) {
     }
     add(n, *t, t);
   }
+  // The decoder layers must be the config's: every index below num_hidden_layers has tensors and
+  // none above (a config that disagrees with its checkpoint would otherwise give a file that
+  // fails to load, or one that carries dead layers).
+  std::vector<const MappedTensor*> first_of_layer(arch.num_layers, nullptr);
+  for (const auto& t : m.tensors) {
+    if (!starts_with(t.name, "model.layers.")) continue;
+    const long li = index_after(t.name, "model.layers.");
+    if (li < 0) continue;
+    if (static_cast<uint64_t>(li) >= arch.num_layers)
+      fail(ErrorKind::Parse,
+           "tensor '{}' belongs to layer {}, but config.json says num_hidden_layers = {} (layers 0..{})",
+           t.origin ? t.origin->name : t.name, li, arch.num_layers, arch.num_layers - 1);
+    if (!first_of_layer[static_cast<size_t>(li)]) first_of_layer[static_cast<size_t>(li)] = &t;
+  }
+  for (size_t l = 0; l < first_of_layer.size(); ++l)
+    if (!first_of_layer[l])
+      fail(ErrorKind::Parse,
+           "config.json says num_hidden_layers = {}, but the checkpoint has no tensor of layer {}",
+           arch.num_layers, l);
   // Required tensors.
   const MappedTensor* embed = nullptr;
   bool has_head = false;
@@ -204,7 +227,7 @@ TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch) {
     fail(ErrorKind::Parse, "checkpoint has no 'lm_head.weight' and tie_word_embeddings is false");
   m.mtp_layers = m.has_mtp ? std::max<uint32_t>(1, static_cast<uint32_t>(mtp_layers.size())) : 0;
   std::stable_sort(m.tensors.begin(), m.tensors.end(), [](const MappedTensor& a, const MappedTensor& b) {
-    return order_key(a.name) < order_key(b.name);
+    return write_order_less(a.name, b.name);
   });
   return m;
 }

@@ -39,6 +39,10 @@ struct TensorMapping {
 /// (o_proj / MLP biases, packed 3-D expert banks).
 TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch);
 
+/// The write order of canonical tensor names (the order map_tensors returns): true when `a` is
+/// written before `b`.
+bool write_order_less(const std::string& a, const std::string& b);
+
 /// The canonical-name part of the mapping alone (prefix strip, MTP renames); "" = drop.
 std::string canonical_name(const std::string& source_name);
 
