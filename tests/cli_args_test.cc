@@ -479,4 +479,142 @@ TEST_F(CliArgs, PplEmptyOrShortFile) {
               "' is too short: it has 2 tokens (plus BOS), fewer than one chunk of --ctx 512");
 }
 
+// diff names the header fields that differ (dotted paths, both values) and the vocab section apart:
+// the same checkpoint from a folder of another name differs only in provenance.source_model.
+TEST_F(CliArgs, DiffNamesHeaderFieldsAndSections) {
+  ASSERT_TRUE(ok_);
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K";
+  const fs::path renamed = dir_ / "renamed-hf", retok = dir_ / "retok-hf";
+  fs::create_directories(renamed);
+  fs::create_directories(retok);
+  for (const auto& e : fs::directory_iterator(hf)) {
+    fs::create_symlink(e.path(), renamed / e.path().filename());
+    if (e.path().filename() != "tokenizer.json") fs::create_symlink(e.path(), retok / e.path().filename());
+  }
+  {  // the same tokenizer, other bytes (a trailing newline)
+    std::ifstream in(hf / "tokenizer.json", std::ios::binary);
+    std::ofstream out(retok / "tokenizer.json", std::ios::binary);
+    out << in.rdbuf() << "\n";
+  }
+  const std::string a = (dir_ / "renamed.cmf").string(), b = (dir_ / "retok.cmf").string();
+  ran("convert " + renamed.string() + " -o " + a + " --quant f32");
+  ran("convert " + retok.string() + " -o " + b + " --quant f32");
+  int rc = 0;
+  std::string out = cli("diff " + model_ + " " + a, rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("~ header: provenance.source_model: \"stories260K\" vs \"renamed-hf\"\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("section differs"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 0 changed, 0 only in a, 0 only in b"), std::string::npos) << out;
+  out = cli("diff " + a + " " + b, rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("~ vocab (tokenizer.json) section differs ("), std::string::npos) << out;
+  EXPECT_NE(out.find("~ header: provenance.source_model: \"renamed-hf\" vs \"retok-hf\"\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("masks section differs"), std::string::npos) << out;
+  EXPECT_EQ(out.find("~ header differs"), std::string::npos) << out;
+}
+
+// info shows the stored dtypes' shares of the parameters (the header's quant_type is only the
+// format's informational enum), in text and in --json.
+TEST_F(CliArgs, InfoShowsTheDtypeMix) {
+  ASSERT_TRUE(ok_);
+  const fs::path q8 = dir_ / "info_q8.cmf";
+  if (!fs::exists(q8)) ran("requant " + model_ + " --quant q8 -o " + q8.string());
+  EXPECT_NE(ran("info " + model_).find("\n  Dtypes:      f32 100.0%\n"), std::string::npos);
+  const auto r = cortiq::cmf::Reader::open(q8.string());
+  uint64_t all = 0, f16 = 0;  // the norms stay f16
+  for (const auto& t : r.tensors()) {
+    all += t.numel();
+    if (t.dtype == cortiq::quant::DType::F16) f16 += t.numel();
+  }
+  ASSERT_GT(f16, 0u);
+  const double pct = 100.0 * static_cast<double>(f16) / static_cast<double>(all);
+  const std::string out = ran("info " + q8.string());
+  EXPECT_NE(out.find(fmt::format("\n  Dtypes:      q8_row {:.1f}%, f16 {:.1f}%\n", 100.0 - pct, pct)),
+            std::string::npos)
+      << out;
+  EXPECT_LT(out.find("  Quant:"), out.find("  Dtypes:")) << out;
+  const std::string j = ran("info " + q8.string() + " --json");
+  EXPECT_NE(j.find(fmt::format("\"f16\": {{\n      \"bytes\": {},\n      \"params\": {},", f16 * 2, f16)),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"q8_row\": {"), std::string::npos) << j;
+}
+
+// sign signs every shard of a set; verify --pubkey checks every shard's signature and fails, naming
+// the shard, when one is replaced, unsigned or missing.
+TEST_F(CliArgs, SignAndVerifyAShardSet) {
+  ASSERT_TRUE(ok_);
+  const fs::path d = dir_ / "shards";
+  fs::create_directories(d);
+  const std::string out = ran("convert " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K -o " +
+                              (d / "shs.cmf").string() + " --quant f32 --shard-max-gb 0.0006");
+  const std::string s1 = (d / "shs-00001-of-00002.cmf").string(),
+                    s2 = (d / "shs-00002-of-00002.cmf").string();
+  ASSERT_TRUE(fs::exists(s1) && fs::exists(s2)) << out;
+  const std::string key = (d / "k.key").string();
+  const std::string signed_out = ran("sign " + s1 + " --key " + key);
+  EXPECT_NE(signed_out.find("signed: " + s1 + ".sig\n"), std::string::npos) << signed_out;
+  EXPECT_NE(signed_out.find("signed: " + s2 + ".sig\n"), std::string::npos) << signed_out;
+  const size_t p = signed_out.find("pubkey: ");
+  ASSERT_NE(p, std::string::npos) << signed_out;
+  const std::string pub = signed_out.substr(p + 8, 64);
+  std::string v = ran("verify " + s1 + " --pubkey " + pub);
+  EXPECT_NE(v.find("all 2 shards"), std::string::npos) << v;
+  EXPECT_NE(v.find("\nOK\n"), std::string::npos) << v;
+  // shard 2 changed (one byte of a weight): its signature no longer matches
+  const fs::path keep = d / "keep.cmf";
+  fs::copy_file(s2, keep);
+  {
+    const auto r = cortiq::cmf::Reader::open(s2, {.open_shard_set = false});
+    const auto& t = r.tensors().at(0);
+    std::fstream f(s2, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(r.envelope().data.off + t.off));
+    f.put('\x7f');
+  }
+  refused("verify " + s1 + " --pubkey " + pub, "✗ shard 2/2: " + s2 + ".sig: ");
+  // the file itself back, its signature gone
+  fs::copy_file(keep, s2, fs::copy_options::overwrite_existing);
+  fs::rename(s2 + ".sig", d / "keep.sig");
+  refused("verify " + s1 + " --pubkey " + pub, "✗ shard 2/2: " + s2 + ".sig is missing");
+  refused("verify " + s1, "✗ shard 2/2: " + s2 + ".sig is missing");  // a set signed in part
+  fs::rename(d / "keep.sig", s2 + ".sig");
+  ran("verify " + s2 + " --pubkey " + pub);
+  // shard 2 missing: the set cannot be opened, and verify says so
+  fs::rename(s2, keep);
+  int rc = 0;
+  v = cli("verify " + s1 + " --pubkey " + pub, rc);
+  EXPECT_NE(rc, 0) << v;
+  EXPECT_NE(v.find("shard 2 of 2 is missing"), std::string::npos) << v;
+  EXPECT_EQ(v.find("\nOK\n"), std::string::npos) << v;
+  fs::rename(keep, s2);
+}
+
+// llama.cpp flags get a plain answer instead of CLI11's "-n gl" reading; -c is --ctx.
+TEST_F(CliArgs, LlamaCppFlags) {
+  ASSERT_TRUE(ok_);
+  const std::string gpu = "GPU offload is not supported: cortiq runs on the CPU (drop -ngl)";
+  int rc = 0;
+  const std::string out = cli("run " + model_ + " -p hi -ngl 99", rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_NE(out.find("Error: " + gpu), std::string::npos) << out;
+  refused("ppl " + model_ + " -f x.txt -ngl 99", gpu);
+  refused("serve " + model_ + " -ngl 99", gpu);
+  refused("bench " + model_ + " -ngl 99", gpu);
+  refused("run " + model_ + " --n-gpu-layers 99 -p hi",
+          "GPU offload is not supported: cortiq runs on the CPU");
+  refused("run " + model_ + " --gpu-layers=99 -p hi", "(drop --gpu-layers)");
+  refused("run -m " + model_ + " -p hi", "the model is the first argument: cortiq run MODEL.cmf");
+  refused("bench --model " + model_, "the model is the first argument: cortiq bench MODEL.cmf");
+  // -c is --ctx in run (and serve), as in llama-cli
+  refused("run " + model_ + " -p x -c 100000", "--ctx 100000 exceeds this model's max_position_embeddings");
+  EXPECT_NE(
+      ran("run " + model_ + " -p 'Once upon a time' -n -1 --greedy -c 32 --threads 1").find("[28 tokens"),
+      std::string::npos);
+  refused("serve " + model_ + " -c 100000 --port 0", "100000 exceeds this model's max_position_embeddings");
+}
+
 }  // namespace

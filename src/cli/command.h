@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace cortiq::runtime {
@@ -60,6 +61,13 @@ CLI::Validator in_range(double lo, double hi);
 /// A count that may also be -1, which means `minus_one` ("must be ≥ 0 or -1 (all chunks), got -5";
 /// run's -n, ppl's --chunks, as llama.cpp spells "no limit").
 CLI::Validator non_negative_or_minus_one(const std::string& minus_one);
+
+/// The usage error for a llama.cpp flag that cortiq does not take, or nullopt: `-ngl` /
+/// `--n-gpu-layers` / `--gpu-layers` (no GPU offload) and `-m` / `--model` (the model is the first
+/// argument), in the model-loading commands run, ppl, serve and bench (`argv[1]`). Checked on argv
+/// before CLI11 parses it: CLI11 would read `-ngl 99` as `-n gl` and then refuse "99"; main.cc
+/// prints it and exits 2. Arguments after `--` are not looked at.
+std::optional<std::string> llama_cpp_flag_error(int argc, const char* const* argv);
 
 /// Adds non_negative() to every option of `app` and of its subcommands (recursively) whose value
 /// type is unsigned (CLI11 type name "UINT"): CLI11 2.1 converts "-5" into an unsigned option as

@@ -1,13 +1,15 @@
 // `cortiq diff <a> <b>` — compare two CMF files by tensor name, dtype, shape, stored hash64 and the
-// payload bytes themselves. Exit status as diff(1) and cmp(1): 0 when they hold the same tensors
-// and header, 1 when they differ, 2 on trouble (a file that cannot be opened, or a tensor whose
-// data does not match its own stored hash: a damaged file).
+// payload bytes themselves, then the header field by field and the vocab and masks sections. Exit
+// status as diff(1) and cmp(1): 0 when they hold the same tensors, header and sections, 1 when they
+// differ, 2 on trouble (a file that cannot be opened, or a tensor whose data does not match its own
+// stored hash: a damaged file).
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +49,48 @@ std::string damage_of(const cmf::Reader& r, const cmf::TensorInfo& t) {
       r.path(t.shard), t.name, t.hash, h, r.path(t.shard));
 }
 
+/// `v` as JSON, cut to about 48 bytes (at a UTF-8 character boundary) with "…" when longer.
+std::string short_json(const nlohmann::json& v) {
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  constexpr size_t kMax = 48;
+  if (s.size() <= kMax) return s;
+  size_t n = kMax;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n) + "…";
+}
+
+/// One line "path: A vs B" per leaf where `x` and `y` differ, as a dotted path (`provenance.source_model`,
+/// `arch.layer_types[3]`); a key on one side only reads "(absent)" on the other, arrays of different
+/// lengths are one line.
+void json_differences(const nlohmann::json& x, const nlohmann::json& y, const std::string& path,
+                      std::vector<std::string>& out) {
+  if (x == y) return;
+  auto key = [&](const std::string& k) { return path.empty() ? k : path + "." + k; };
+  if (x.is_object() && y.is_object()) {
+    for (const auto& [k, v] : x.items()) {
+      if (y.contains(k))
+        json_differences(v, y.at(k), key(k), out);
+      else
+        out.push_back(fmt::format("{}: {} vs (absent)", key(k), short_json(v)));
+    }
+    for (const auto& [k, v] : y.items())
+      if (!x.contains(k)) out.push_back(fmt::format("{}: (absent) vs {}", key(k), short_json(v)));
+  } else if (x.is_array() && y.is_array() && x.size() == y.size()) {
+    for (size_t i = 0; i < x.size(); ++i) json_differences(x[i], y[i], fmt::format("{}[{}]", path, i), out);
+  } else {
+    out.push_back(fmt::format("{}: {} vs {}", path.empty() ? "(root)" : path, short_json(x), short_json(y)));
+  }
+}
+
+/// "~ <what> section differs …" when the raw bytes of a section differ (absent = empty), else "".
+std::string section_difference(const char* what, std::span<const uint8_t> x, std::span<const uint8_t> y) {
+  if (x.size() == y.size() && same_bytes(x, y)) return {};
+  auto size = [](std::span<const uint8_t> s) {
+    return s.empty() ? std::string("absent") : fmt::format("{} bytes", s.size());
+  };
+  return fmt::format("~ {} section differs ({} vs {})", what, size(x), size(y));
+}
+
 /// Compares `pa` with `pb` and prints the report; returns the exit status (0 same, 1 different).
 /// Throws Error(HashMismatch) after the report when a tensor's data disagrees with its own stored
 /// hash, and any Error of Reader::open.
@@ -82,8 +126,21 @@ int run_diff(const std::string& pa, const std::string& pb) {
       std::printf("+ %s\n", t.name.c_str());
       ++only_b;
     }
-  const bool hdr = cmf::serialize_header(a.header()) != cmf::serialize_header(b.header());
-  if (hdr) std::printf("~ header differs\n");
+  // the header field by field (dotted JSON paths, both values), at most kMaxHeaderLines lines; then
+  // the sections the header only hashes: a different tokenizer or mask catalog is named as such
+  constexpr size_t kMaxHeaderLines = 20;
+  std::vector<std::string> fields;
+  json_differences(cmf::header_to_json(a.header()), cmf::header_to_json(b.header()), "", fields);
+  for (size_t i = 0; i < fields.size() && i < kMaxHeaderLines; ++i)
+    std::printf("~ header: %s\n", fields[i].c_str());
+  if (fields.size() > kMaxHeaderLines) std::printf("~ header: … %zu more\n", fields.size() - kMaxHeaderLines);
+  bool hdr = !fields.empty();
+  for (const std::string& d : {section_difference("vocab (tokenizer.json)", a.vocab(), b.vocab()),
+                               section_difference("masks", a.masks_bytes(), b.masks_bytes())})
+    if (!d.empty()) {
+      std::printf("%s\n", d.c_str());
+      hdr = true;
+    }
   std::printf("%zu identical, %zu changed, %zu only in a, %zu only in b\n", same, changed, only_a, only_b);
   std::fflush(stdout);
   if (!damaged.empty()) {

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cmf/reader.h"
 #include "quant/dtype.h"
+#include "runtime/bench.h"
 
 namespace cortiq::cli {
 namespace {
@@ -71,6 +72,19 @@ void print_sections(const cmf::Reader& r, bool json) {
   else
     std::printf("# %zu file(s), %llu bytes (columns: file, section, offset, length, stored hash)\n",
                 r.num_files(), static_cast<unsigned long long>(total));
+}
+
+/// `info --json`'s "dtypes": {dtype: {"params", "bytes", "share"}}, share = of the parameters (the
+/// text line's percentages).
+nlohmann::json dtypes_json(const runtime::bench::WeightAccounting& w) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, n] : w.params_by_dtype) {
+    const auto b = w.bytes_by_dtype.find(name);
+    j[name] = {{"params", n},
+               {"bytes", b == w.bytes_by_dtype.end() ? 0 : b->second},
+               {"share", w.params ? static_cast<double>(n) / static_cast<double>(w.params) : 0.0}};
+  }
+  return j;
 }
 
 void run_info(const InfoOpts& o) {
@@ -139,6 +153,10 @@ void run_info(const InfoOpts& o) {
   // every tensor's elements, as transformers' num_parameters() and `cortiq bench` count them
   uint64_t params = 0;
   for (const auto& t : r.tensors()) params += t.numel();
+  // the stored dtypes (the header's quant_type is informational: q4tp, q4t and q2tp files read
+  // Q4Block there), as `cortiq bench` accounts them
+  const auto stats = runtime::bench::tensor_stats(r);
+  const runtime::bench::WeightAccounting w = runtime::bench::account_weights(a, stats);
   const size_t n_masks = r.masks() ? r.masks()->masks.size() : 0;
   const std::string tok = r.vocab().empty() ? "sidecar required" : "embedded";
   // The chat bundle: template present (and its size), BOS and end-of-sequence ids.
@@ -161,6 +179,7 @@ void run_info(const InfoOpts& o) {
         {"quant_type", std::string(quant_type_name(h.quant_type))},
         {"tensors", r.tensors().size()},
         {"params", params},
+        {"dtypes", dtypes_json(w)},
         {"masks", n_masks},
         {"tokenizer", tok},
         {"chat_template", has_template},
@@ -189,6 +208,7 @@ void run_info(const InfoOpts& o) {
   std::printf("  Vocab:       %u\n", a.vocab_size);
   std::printf("  Quant:       %s (default; per-tensor in directory)\n",
               std::string(quant_type_debug_name(h.quant_type)).c_str());
+  std::printf("  Dtypes:      %s\n", runtime::bench::dtype_mix(w.params_by_dtype).c_str());
   if (head)
     std::printf("  Head:        %s %s\n", std::string(quant::dtype_name(head->dtype)).c_str(),
                 shape_str(head->shape).c_str());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/command.h"
@@ -34,7 +35,28 @@ std::optional<double> number_of(const std::string& s) {
   if (e == b) return std::nullopt;
   return v;
 }
+/// Whether `arg` is the flag `name`, alone or as `name=value`.
+bool is_flag(std::string_view arg, std::string_view name) {
+  return arg == name || (arg.starts_with(name) && arg.size() > name.size() && arg[name.size()] == '=');
+}
 }  // namespace
+
+std::optional<std::string> llama_cpp_flag_error(int argc, const char* const* argv) {
+  if (argc < 2) return std::nullopt;
+  const std::string_view cmd = argv[1];
+  if (cmd != "run" && cmd != "ppl" && cmd != "serve" && cmd != "bench") return std::nullopt;
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;  // what follows is positional
+    for (const char* f : {"-ngl", "--n-gpu-layers", "--gpu-layers"})
+      if (is_flag(a, f))
+        return fmt::format("GPU offload is not supported: cortiq runs on the CPU (drop {})", f);
+    for (const char* f : {"-m", "--model"})
+      if (is_flag(a, f))
+        return fmt::format("the model is the first argument: cortiq {} MODEL.cmf … (drop {})", cmd, f);
+  }
+  return std::nullopt;
+}
 
 CLI::Validator non_negative() {
   return CLI::Validator(
@@ -107,6 +129,11 @@ int main(int argc, char** argv) {
                    names.c_str());
       return 2;
     }
+  }
+  // llama.cpp spellings CLI11 would misread (`-ngl 99` as `-n gl`, then "99 was not expected")
+  if (const auto e = cortiq::cli::llama_cpp_flag_error(argc, argv)) {
+    std::fprintf(stderr, "Error: %s\n", e->c_str());
+    return 2;
   }
   try {
     app.parse(argc, argv);

@@ -251,7 +251,7 @@ void setup(CLI::App& root) {
   c->add_option("-t,--task", a->load.task,
                 "task mask name, or 'off' (default: the file's fallback mask; threads: --threads)");
   add_load_flags(c, a->load);
-  c->add_option("--ctx", a->load.ctx,
+  c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
   c->callback([a] { run_cmd(*a); });

@@ -25,7 +25,7 @@ void setup(CLI::App& root) {
   c->add_option("-t,--task", o->load.task, "default task mask name, or 'off'");
   o->load.threads = 0;  // all cores, as run and ppl
   add_load_flags(c, o->load);
-  c->add_option("--ctx", o->load.ctx,
+  c->add_option("-c,--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
   c->add_option(

@@ -1,8 +1,9 @@
 // `cortiq sign <file> [--key F]` — detached Ed25519 signature over the file's SHA-256
-// (FORMAT-NOTES §1.17).
+// (FORMAT-NOTES §1.17); for a shard of a set, one <shard>.sig for every file of the set.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
@@ -18,16 +19,26 @@ struct SignOpts {
 
 void setup_sign(CLI::App& root) {
   auto o = std::make_shared<SignOpts>();
-  auto* c = root.add_subcommand("sign", "Write <file>.sig (Ed25519 over the file's SHA-256)");
-  c->add_option("file", o->file, "model .cmf")->required();
+  auto* c =
+      root.add_subcommand("sign", "Write <file>.sig (Ed25519 over the file's SHA-256; every shard of a set)");
+  c->add_option("file", o->file, "model .cmf (a shard's name signs every file of the set)")->required();
   c->add_option("--key", o->key,
                 "key file: 64 hex chars (32-byte seed); created from OS randomness if missing")
       ->capture_default_str();
   c->callback([o] {
-    (void)cmf::Reader::open(o->file);  // a CMF file (its typed error otherwise), not any file
+    // a CMF file (its typed error otherwise), not any file; a shard's name opens the whole set
+    // (a missing shard is an error), and every file of it is signed: a signature covers one file
+    std::vector<std::string> files;
+    {
+      const cmf::Reader r = cmf::Reader::open(o->file);
+      for (size_t i = 0; i < r.num_files(); ++i) files.push_back(r.path(i));
+    }
     const auto seed = cmf::load_or_create_signing_key(o->key);
-    const std::string pub = cmf::sign_file(o->file, seed);
-    std::printf("signed: %s.sig\n", o->file.c_str());
+    std::string pub;
+    for (const auto& f : files) {
+      pub = cmf::sign_file(f, seed);
+      std::printf("signed: %s.sig\n", f.c_str());
+    }
     std::printf("pubkey: %s\n", pub.c_str());
   });
 }

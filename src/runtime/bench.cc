@@ -460,6 +460,20 @@ std::string format_params(uint64_t n) {
   return fmt::format("{}", n);
 }
 
+std::string dtype_mix(const std::map<std::string, uint64_t>& amount_by_dtype) {
+  std::vector<std::pair<std::string, uint64_t>> v(amount_by_dtype.begin(), amount_by_dtype.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  uint64_t total = 0;
+  for (const auto& [name, n] : v) total += n;
+  std::string s;
+  for (const auto& [name, n] : v) {
+    const double pct = total ? 100.0 * static_cast<double>(n) / static_cast<double>(total) : 0;
+    s += pct >= 0.05 ? fmt::format("{}{} {:.1f}%", s.empty() ? "" : ", ", name, pct)
+                     : fmt::format("{}{} <0.1%", s.empty() ? "" : ", ", name);
+  }
+  return s;
+}
+
 std::string format_size(uint64_t bytes) {
   const double v = static_cast<double>(bytes);
   if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", v / (1ull << 30));
@@ -469,20 +483,6 @@ std::string format_size(uint64_t bytes) {
 }
 
 namespace {
-
-// "q8_row 99.2%, f32 0.8%" — dtypes by descending bytes.
-std::string dtype_mix(const WeightAccounting& w) {
-  std::vector<std::pair<std::string, uint64_t>> v(w.bytes_by_dtype.begin(), w.bytes_by_dtype.end());
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string s;
-  for (const auto& [name, bytes] : v) {
-    const double pct =
-        w.total_bytes ? 100.0 * static_cast<double>(bytes) / static_cast<double>(w.total_bytes) : 0;
-    s += pct >= 0.05 ? fmt::format("{}{} {:.1f}%", s.empty() ? "" : ", ", name, pct)
-                     : fmt::format("{}{} <0.1%", s.empty() ? "" : ", ", name);
-  }
-  return s;
-}
 
 std::string model_label(const BenchReport& r) {
   std::string main = "?";
@@ -514,7 +514,7 @@ std::string to_markdown(const BenchReport& r) {
   s += "| model | size | params | dtypes | threads | test | t/s | BW GB/s | bound t/s | roofline |\n";
   s += "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   const std::string label = model_label(r), size = format_size(r.weights.total_bytes),
-                    params = format_params(r.weights.params), mix = dtype_mix(r.weights);
+                    params = format_params(r.weights.params), mix = dtype_mix(r.weights.bytes_by_dtype);
   for (const auto& t : r.results) {
     std::string roof = "-";
     if (t.roofline)

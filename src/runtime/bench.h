@@ -72,6 +72,11 @@ struct WeightAccounting {
 /// Accounts `tensors` against `arch` (the rules on WeightAccounting). Pure; never throws.
 WeightAccounting account_weights(const cmf::ModelArch& arch, std::span<const TensorStat> tensors);
 
+/// "q8_row 99.2%, f32 0.8%": each dtype's share of the sum of `amount_by_dtype` (payload bytes or
+/// elements), largest first, one decimal ("<0.1%" under 0.05%). `cortiq bench` prints the shares of
+/// bytes (WeightAccounting::bytes_by_dtype), `cortiq info` those of parameters (params_by_dtype).
+std::string dtype_mix(const std::map<std::string, uint64_t>& amount_by_dtype);
+
 // ---------------------------------------------------------------------------------------------
 // Memory bandwidth
 
