@@ -106,4 +106,14 @@ void MappedFile::reset() noexcept {
   size_ = 0;
 }
 
+void release_pages(std::span<const uint8_t> bytes) noexcept {
+  if (bytes.empty()) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t hi = lo + bytes.size();
+  const uintptr_t a = (lo + page - 1) / page * page;
+  const uintptr_t b = hi / page * page;
+  if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
 }  // namespace cortiq

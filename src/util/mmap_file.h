@@ -49,4 +49,9 @@ class MappedFile {
   size_t map_len_ = 0;
 };
 
+/// Hands the whole pages inside `bytes` (a range of a read-only file mapping) back to the kernel
+/// (madvise MADV_DONTNEED): they leave the resident set and are read from the file again if
+/// touched. Pages shared with bytes outside the range are kept. Never fails (advice only).
+void release_pages(std::span<const uint8_t> bytes) noexcept;
+
 }  // namespace cortiq
