@@ -752,3 +752,75 @@ TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {
 }
 
 }  // namespace
+
+// GGUF input: stories260K as llama.cpp's converter wrote it (f32, Q/K rows reordered for its RoPE)
+// converts to the same 47 tensors, byte for byte, as the HF checkpoint it came from, with the same
+// arch; its tokenizer (rebuilt from tokenizer.ggml.*) gives the HF tokenizer's ids on the
+// TinyStories sample, and greedy decoding from BOS reproduces the llama2.c golden (which llama.cpp
+// also reproduces from this file). The q8_0 and q4_0 files convert and load too.
+TEST_F(ConvertE2E, GgufConvertsToTheHfCheckpointsTensors) {
+  const fs::path shared = fs::path(CORTIQ_SOURCE_DIR) / "../shared";
+  const fs::path gguf = shared / "models/stories260K-gguf/stories260K-f32.gguf";
+  const fs::path hf = shared / "models/stories260K-hf";
+  if (!fs::exists(gguf) || !fs::exists(hf / "model.safetensors")) GTEST_SKIP() << "../shared missing";
+  const fs::path a = dir_ / "g_hf.cmf", b = dir_ / "g_gguf.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("convert " + gguf.string() + " --quant f32 -o " + b.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+  ASSERT_EQ(ra.tensors().size(), 47u);
+  ASSERT_EQ(rb.tensors().size(), ra.tensors().size());
+  for (size_t i = 0; i < ra.tensors().size(); ++i) {
+    const auto& ta = ra.tensors()[i];
+    const auto& tb = rb.tensors()[i];  // the same write order
+    EXPECT_EQ(ta.name, tb.name);
+    EXPECT_EQ(ta.shape, tb.shape) << ta.name;
+    const auto pa = ra.payload(ta), pb = rb.payload(tb);
+    EXPECT_TRUE(std::equal(pa.begin(), pa.end(), pb.begin(), pb.end())) << ta.name;
+  }
+  const auto &x = ra.header().arch, &y = rb.header().arch;
+  EXPECT_EQ(cortiq::cmf::arch_to_json(x), cortiq::cmf::arch_to_json(y));
+  EXPECT_EQ(y.rms_norm_eps, 1e-5);  // stored as f32 in GGUF, given back as config.json's 1e-05
+  ASSERT_TRUE(rb.header().tokenizer_config);
+  EXPECT_EQ(rb.header().tokenizer_config->bos_token_id, 1u);
+  EXPECT_EQ(rb.header().tokenizer_config->eos_token_ids, std::vector<uint32_t>{2});
+  EXPECT_EQ(rb.header().provenance["source_format"], "gguf v3");
+
+  const std::string text = (shared / "data/tinystories-sample/tinystories_sample.txt").string();
+  const std::string ids_a = cli("tokenize " + a.string() + " --ids-only -f " + text, &rc);
+  const std::string ids_b = cli("tokenize " + b.string() + " --ids-only -f " + text, &rc);
+  EXPECT_GT(ids_a.size(), 1000u);
+  EXPECT_EQ(ids_a, ids_b);
+
+  std::string out = cortiq::test::sh(
+      std::string(CORTIQ_CLI_PATH) + " run " + b.string() + " -p '' --greedy -n 256 --threads 2 2>/dev/null",
+      &rc);
+  ASSERT_EQ(rc, 0);
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  std::ifstream gf(shared / "models/stories260K-llama2c/golden/greedy_bos.json");
+  EXPECT_EQ(out, nlohmann::json::parse(gf)["text"].get<std::string>());
+
+  for (const char* q : {"q8_0", "q4_0"}) {
+    const fs::path src = shared / fmt::format("models/stories260K-gguf/stories260K-{}.gguf", q);
+    const fs::path dst = dir_ / fmt::format("g_{}.cmf", q);
+    log = cli("convert " + src.string() + " --quant q8 -o " + dst.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("run " + dst.string() + " -p 'Once upon a time' --greedy -n 8", &rc);
+    EXPECT_EQ(rc, 0) << log;
+  }
+}
+
+// A GGUF this converter cannot take says why, naming the key or the architecture, and leaves no
+// output: a vocab-only GGUF (no tensors, no llama.block_count in its metadata for a model).
+TEST_F(ConvertE2E, GgufItCannotTakeIsATypedError) {
+  const fs::path vocab = fs::path(CORTIQ_SOURCE_DIR) / "../shared/models/ggml-vocab/ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(vocab)) GTEST_SKIP() << "../shared missing";
+  int rc = 0;
+  const std::string log = cli("convert " + vocab.string() + " -o " + (dir_ / "g_bad.cmf").string(), &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("Error: "), std::string::npos) << log;
+  EXPECT_NE(log.find("GGUF"), std::string::npos) << log;
+  EXPECT_TRUE(leftovers("g_bad").empty()) << log;
+}

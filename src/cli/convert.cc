@@ -46,9 +46,12 @@ void convert_cmd(const ConvertArgs& a) {
 
 void setup(CLI::App& root) {
   auto a = std::make_shared<ConvertArgs>();
-  auto* c = root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) to CMF");
-  c->add_option("model_dir", a->model_pos, "HF model directory (same as --model)");
-  c->add_option("--model", a->model, "HF model directory holding config.json and *.safetensors");
+  auto* c =
+      root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) or a GGUF file to CMF");
+  c->add_option("model_dir", a->model_pos, "HF model directory or .gguf file (same as --model)");
+  c->add_option(
+      "--model", a->model,
+      "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (llama, qwen2)");
   c->add_option("-o,--output", a->output, "output .cmf path");
   c->add_option(
       "--quant", a->quant,

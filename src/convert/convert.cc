@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,9 @@
 #include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "cmf/writer.h"
+#include "convert/gguf.h"
+#include "convert/gguf_model.h"
+#include "convert/gguf_tokenizer.h"
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
 #include "convert/tensor_map.h"
@@ -229,9 +233,113 @@ void check_section(std::span<const uint8_t> bytes, const std::optional<std::stri
          "`cortiq verify`), so it is not rewritten",
          input, name, *stored, actual);
 }
+/// `cortiq convert model.gguf`: the GGUF's metadata stands in for config.json (hf_config_from_gguf)
+/// and its tokenizer metadata for tokenizer.json (tokenizer_from_gguf); each tensor is dequantized
+/// to f32 (gguf_to_f32), given its HF name and, for the llama architecture, HF's Q/K row order back
+/// (unpermute_qk_rows), then encoded under the plan like a safetensors tensor.
+ConvertResult convert_gguf(const ConvertOptions& opt) {
+  ConvertResult res;
+  GgufFile g(opt.model_dir);
+  const nlohmann::json config = hf_config_from_gguf(g);
+  cmf::ModelArch arch = arch_from_hf(config);
+  arch.mtp.reset();
+  const bool permuted = arch.arch_name == "llama";  // convert_hf_to_gguf's LlamaModel.permute
+  struct Src {
+    std::string name;
+    const GgufTensor* t;
+  };
+  std::vector<Src> srcs;
+  for (const auto& t : g.tensors()) {
+    std::string name = hf_name_from_gguf(t.name);
+    if (name.empty()) {  // rope_freqs.weight: llama3's per-dimension RoPE factors
+      std::vector<float> v(t.numel);
+      gguf_to_f32(t, v);
+      arch.rope_freq_factors = std::vector<double>(v.begin(), v.end());
+      continue;
+    }
+    srcs.push_back({std::move(name), &t});
+  }
+  std::stable_sort(srcs.begin(), srcs.end(),
+                   [](const Src& a, const Src& b) { return write_order_less(a.name, b.name); });
+  const auto embed = std::find_if(srcs.begin(), srcs.end(),
+                                  [](const Src& s) { return s.name == "model.embed_tokens.weight"; });
+  if (embed == srcs.end()) fail(ErrorKind::Parse, "GGUF '{}' has no 'token_embd.weight'", opt.model_dir);
+  if (embed->t->shape != std::vector<uint64_t>{arch.vocab_size, arch.hidden_size})
+    fail(ErrorKind::Parse,
+         "GGUF tensor 'token_embd.weight' has shape [{}], the metadata says [vocab {}, hidden {}]",
+         fmt::join(embed->t->shape, ", "), arch.vocab_size, arch.hidden_size);
+
+  cmf::Header h;
+  h.arch = arch;
+  h.quant_type = header_quant_type(opt.plan.base);
+  cmf::WriterOptions wo;
+  wo.expected_tensors = srcs.size();
+  wo.shard_max_bytes = opt.shard_max_bytes;
+  cmf::Writer w(opt.output, wo);
+  if (g.metadata().contains("tokenizer.ggml.model")) {
+    const GgufTokenizer tok = tokenizer_from_gguf(g.metadata());
+    cmf::TokenizerBundle b;
+    b.chat_template = tok.chat_template;
+    b.eos_token_ids = tok.eos_ids;
+    b.bos_token_id = tok.bos_id;
+    b.pad_token_id = tok.pad_id;
+    h.tokenizer_config = b;
+    w.set_vocab(std::vector<uint8_t>(tok.tokenizer_json.begin(), tok.tokenizer_json.end()));
+  } else {
+    res.warnings.push_back(fmt::format(
+        "'{}' has no tokenizer.ggml.* metadata: the file carries no vocab section", opt.model_dir));
+  }
+  nlohmann::json prov;
+  prov["tool"] = std::string(kTool) + " convert";
+  prov["source_model"] = std::filesystem::path(opt.model_dir).filename().string();
+  prov["source_format"] = fmt::format("gguf v{}", g.version());
+  for (const char* k : {"general.name", "general.file_type", "general.quantization_version"})
+    if (auto it = g.metadata().find(k); it != g.metadata().end()) prov["gguf"][k] = *it;
+  prov["plan"] = opt.plan.to_json();
+  prov["hf_config_extras"] = {{"model_type", arch.arch_name}};
+  h.provenance = prov;
+
+  std::vector<Job> jobs;
+  jobs.reserve(srcs.size());
+  for (const auto& s : srcs) {
+    const GgufTensor* t = s.t;
+    Job j;
+    j.name = s.name;
+    j.shape = t->shape;
+    j.decision = decide(opt.plan, j.name, j.shape, false);
+    uint32_t qk_heads = 0;
+    if (permuted && j.name.find("self_attn.q_proj.") != std::string::npos)
+      qk_heads = arch.num_attention_heads;
+    if (permuted && j.name.find("self_attn.k_proj.") != std::string::npos) qk_heads = arch.num_kv_heads;
+    j.load = [t, qk_heads, name = j.name](std::vector<float>& v) {
+      v.resize(t->numel);
+      gguf_to_f32(*t, v);
+      if (qk_heads) {
+        const uint64_t rows = t->shape[0], cols = t->shape.size() > 1 ? t->numel / rows : 1;
+        unpermute_qk_rows(v, rows, cols, qk_heads, name);
+      }
+    };
+    j.release = [&g, t] { g.release(*t); };
+    j.source_bytes = t->data.size();
+    jobs.push_back(std::move(j));
+  }
+  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "converting");
+  rule_warnings(opt.plan, jobs, res.warnings);
+  res.outputs = w.finish(h);
+  res.input_bytes = g.total_tensor_bytes();
+  res.tensors = jobs.size();
+  return res;
+}
+
 }  // namespace
 
 ConvertResult convert_checkpoint(const ConvertOptions& opt) {
+  if (std::filesystem::is_regular_file(
+          opt.model_dir)) {  // a GGUF file, else read_hf_files says what it takes
+    char magic[4] = {};
+    std::ifstream(opt.model_dir, std::ios::binary).read(magic, 4);
+    if (std::string_view(magic, 4) == "GGUF") return convert_gguf(opt);
+  }
   ConvertResult res;
   HfFiles files = read_hf_files(opt.model_dir);
   cmf::ModelArch arch = arch_from_hf(files.config);

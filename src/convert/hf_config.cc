@@ -207,7 +207,7 @@ HfFiles read_hf_files(const std::string& dir) {
     if (fs::exists(dir, ec))
       fail(ErrorKind::Io,
            "'{}' is a file, not a model directory: convert reads a Hugging Face checkpoint folder "
-           "(config.json + *.safetensors); `cortiq requant` re-encodes a .cmf file",
+           "(config.json + *.safetensors) or a GGUF file; `cortiq requant` re-encodes a .cmf file",
            dir);
     fail(ErrorKind::Io, "model directory '{}' does not exist", dir);
   }

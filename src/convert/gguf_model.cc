@@ -1,0 +1,159 @@
+#include "convert/gguf_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <optional>
+#include <utility>
+
+#include "util/error.h"
+
+namespace cortiq::convert {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// The `{arch}.*` metadata of one GGUF, with errors that name the key.
+struct Md {
+  const json& m;
+  std::string arch;
+
+  const json* get(const std::string& key) const {
+    auto it = m.find(key);
+    return it == m.end() ? nullptr : &*it;
+  }
+  std::string key(std::string_view k) const { return arch + "." + std::string(k); }
+  /// `{arch}.k` as a non-negative integer; nullopt when absent.
+  std::optional<uint64_t> uint(std::string_view k) const {
+    const json* v = get(key(k));
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0)
+      fail(ErrorKind::Parse, "GGUF key '{}' must be a non-negative integer, not {}", key(k), v->dump());
+    return v->get<uint64_t>();
+  }
+  uint64_t need_uint(std::string_view k) const {
+    auto v = uint(k);
+    if (!v) fail(ErrorKind::Parse, "GGUF key '{}' is missing", key(k));
+    return *v;
+  }
+  /// `{arch}.k` as a number. GGUF stores these as f32: a value an f32 holds exactly is given as the
+  /// shortest decimal that reads back to that f32 (1e-5, not 9.999999747378752e-06), the number
+  /// config.json had before llama.cpp's converter narrowed it.
+  std::optional<double> num(std::string_view k) const {
+    const json* v = get(key(k));
+    if (!v) return std::nullopt;
+    if (!v->is_number()) fail(ErrorKind::Parse, "GGUF key '{}' must be a number, not {}", key(k), v->dump());
+    const double d = v->get<double>();
+    const float f = static_cast<float>(d);
+    if (v->is_number_float() && static_cast<double>(f) == d) return std::stod(fmt::format("{}", f));
+    return d;
+  }
+};
+
+/// (GGUF name, HF name) of the per-layer tensors, without the `.weight` / `.bias` suffix.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kLayerNames{{
+    {"attn_norm", "input_layernorm"},
+    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},
+    {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+}};
+
+}  // namespace
+
+json hf_config_from_gguf(const GgufFile& f) {
+  const json& m = f.metadata();
+  auto a = m.find("general.architecture");
+  if (a == m.end() || !a->is_string())
+    fail(ErrorKind::Parse, "GGUF key 'general.architecture' is missing or not a string");
+  Md md{m, a->get<std::string>()};
+  if (md.arch != "llama" && md.arch != "qwen2")
+    fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
+         kGgufArchitectures);
+  json c;
+  c["model_type"] = md.arch;
+  c["architectures"] = json::array({md.arch == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"});
+  c["hidden_size"] = md.need_uint("embedding_length");
+  c["num_hidden_layers"] = md.need_uint("block_count");
+  c["intermediate_size"] = md.need_uint("feed_forward_length");
+  const uint64_t heads = md.need_uint("attention.head_count");
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = md.uint("attention.head_count_kv").value_or(heads);
+  if (auto kl = md.uint("attention.key_length")) c["head_dim"] = *kl;
+  c["rms_norm_eps"] = md.num("attention.layer_norm_rms_epsilon").value_or(1e-5);
+  c["rope_theta"] = md.num("rope.freq_base").value_or(10000.0);
+  c["max_position_embeddings"] = md.need_uint("context_length");
+  // vocab: {arch}.vocab_size, else the token list, else the embedding's rows
+  uint64_t vocab = md.uint("vocab_size").value_or(0);
+  if (!vocab) {
+    auto t = m.find("tokenizer.ggml.tokens");
+    if (t != m.end() && t->is_array()) vocab = t->size();
+  }
+  if (const GgufTensor* e = f.find("token_embd.weight"); !vocab && e && e->shape.size() == 2)
+    vocab = e->shape[0];
+  if (!vocab)
+    fail(ErrorKind::Parse, "GGUF has no vocabulary size ({}, tokenizer.ggml.tokens or token_embd.weight)",
+         md.key("vocab_size"));
+  c["vocab_size"] = vocab;
+  c["tie_word_embeddings"] = f.find("output.weight") == nullptr;
+  if (auto* t = md.get(md.key("rope.scaling.type"));
+      t && !(t->is_string() && t->get<std::string>() == "none"))
+    fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: RoPE scaling is not supported from GGUF input",
+         md.key("rope.scaling.type"), t->dump());
+  if (md.get(md.key("attention.sliding_window")))
+    fail(ErrorKind::Unsupported, "GGUF key '{}': sliding-window attention is not supported from GGUF input",
+         md.key("attention.sliding_window"));
+  for (const auto& [k, hf] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
+                              std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
+                              std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}})
+    if (auto it = m.find(k); it != m.end() && it->is_number_integer()) c[hf] = *it;
+  return c;
+}
+
+std::string hf_name_from_gguf(std::string_view g) {
+  if (g == "token_embd.weight") return "model.embed_tokens.weight";
+  if (g == "output_norm.weight") return "model.norm.weight";
+  if (g == "output.weight") return "lm_head.weight";
+  if (g == "rope_freqs.weight") return "";
+  if (g.starts_with("blk.")) {
+    const std::string_view rest = g.substr(4);
+    const size_t dot = rest.find('.');
+    uint32_t layer = 0;
+    if (dot != std::string_view::npos && dot > 0) {
+      const auto r = std::from_chars(rest.data(), rest.data() + dot, layer);
+      if (r.ec == std::errc() && r.ptr == rest.data() + dot) {
+        const std::string_view tail = rest.substr(dot + 1);  // e.g. attn_q.weight
+        for (const auto& [gg, hf] : kLayerNames)
+          for (std::string_view suffix : {".weight", ".bias"})
+            if (tail.size() == gg.size() + suffix.size() && tail.starts_with(gg) && tail.ends_with(suffix))
+              return fmt::format("model.layers.{}.{}{}", layer, hf, suffix);
+      }
+    }
+  }
+  fail(ErrorKind::Unsupported, "GGUF tensor '{}' has no HF counterpart this converter knows (llama, qwen2)",
+       g);
+}
+
+void unpermute_qk_rows(std::span<float> w, uint64_t rows, uint64_t cols, uint32_t heads,
+                       std::string_view tensor) {
+  if (heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 || w.size() != rows * cols)
+    fail(ErrorKind::Parse, "tensor '{}': {} rows are not {} heads of an even head_dim", tensor, rows, heads);
+  const uint64_t hd = rows / heads, half = hd / 2;
+  std::vector<float> head(hd * cols);
+  for (uint64_t h = 0; h < heads; ++h) {
+    float* base = w.data() + h * hd * cols;
+    std::copy(base, base + hd * cols, head.begin());
+    for (uint64_t i = 0; i < 2; ++i)
+      for (uint64_t j = 0; j < half; ++j)
+        std::copy_n(head.data() + (2 * j + i) * cols, cols, base + (i * half + j) * cols);
+  }
+}
+
+}  // namespace cortiq::convert

@@ -1,0 +1,46 @@
+// A GGUF model (llama.cpp's format) seen as the HF checkpoint it came from, for `cortiq convert
+// model.gguf`: the config.json its metadata stands for, the HF name of each tensor, and the row
+// order of Q/K that llama.cpp's converter changed.
+//
+// Sources: llama.cpp gguf-py/gguf/constants.py (the `{arch}.*` keys and `blk.N.*` tensor names),
+// convert_hf_to_gguf.py LlamaModel.permute (the Q/K rows of the llama architecture are reordered
+// for llama.cpp's adjacent-pair RoPE; qwen2 keeps HF's order, its RoPE is the NeoX one).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "convert/gguf.h"
+
+namespace cortiq::convert {
+
+/// GGUF `general.architecture` values convert_gguf takes.
+inline constexpr std::string_view kGgufArchitectures = "llama, qwen2";
+
+/// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,
+/// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,
+/// max_position_embeddings, vocab_size, tie_word_embeddings (no `output.weight`), bos/eos ids), to
+/// be read by arch_from_hf. Throws Error(Unsupported) naming `general.architecture` for other
+/// architectures and naming the key for features it cannot carry (RoPE scaling other than
+/// llama3's factors tensor, sliding windows); Error(Parse) naming the key when a required one is
+/// missing or not a number.
+nlohmann::json hf_config_from_gguf(const GgufFile& f);
+
+/// The HF tensor name of a GGUF tensor of a llama/qwen2 model: `token_embd.weight` →
+/// `model.embed_tokens.weight`, `blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`,
+/// `output.weight` → `lm_head.weight`, … ; "" for `rope_freqs.weight` (it goes into the arch as
+/// rope_freq_factors). Throws Error(Unsupported) naming any other tensor.
+std::string hf_name_from_gguf(std::string_view gguf_name);
+
+/// Undoes convert_hf_to_gguf's LlamaModel.permute on the rows of a Q or K projection (weight
+/// `[heads·head_dim, cols]` row-major, or a bias with cols = 1): GGUF row h·hd + 2j + i holds HF row
+/// h·hd + i·hd/2 + j (h < heads, i < 2, j < hd/2). `heads` is num_attention_heads for Q and
+/// num_key_value_heads for K. Throws Error(Parse) when rows is not heads × an even head_dim.
+void unpermute_qk_rows(std::span<float> w, uint64_t rows, uint64_t cols, uint32_t heads,
+                       std::string_view tensor);
+
+}  // namespace cortiq::convert

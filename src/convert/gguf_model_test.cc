@@ -1,0 +1,84 @@
+// GGUF → HF mapping: tensor names, the Q/K row order llama.cpp's converter changed, and the
+// config.json a GGUF's metadata stands for (stories260K-f32.gguf against stories260K-hf's
+// config.json, read through arch_from_hf).
+#include "convert/gguf_model.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "convert/hf_config.h"
+#include "util/error.h"
+
+namespace cortiq::convert {
+namespace {
+
+TEST(GgufModel, TensorNames) {
+  EXPECT_EQ(hf_name_from_gguf("token_embd.weight"), "model.embed_tokens.weight");
+  EXPECT_EQ(hf_name_from_gguf("output_norm.weight"), "model.norm.weight");
+  EXPECT_EQ(hf_name_from_gguf("output.weight"), "lm_head.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.0.attn_norm.weight"), "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.12.attn_q.weight"), "model.layers.12.self_attn.q_proj.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.3.attn_k.bias"), "model.layers.3.self_attn.k_proj.bias");
+  EXPECT_EQ(hf_name_from_gguf("blk.3.attn_output.weight"), "model.layers.3.self_attn.o_proj.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.3.ffn_norm.weight"), "model.layers.3.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.3.ffn_down.weight"), "model.layers.3.mlp.down_proj.weight");
+  EXPECT_EQ(hf_name_from_gguf("rope_freqs.weight"), "");
+  for (const char* bad : {"blk.x.attn_q.weight", "blk.1.attn_qq.weight", "blk.1.ffn_gate_exps.weight", "foo"})
+    try {
+      (void)hf_name_from_gguf(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+      EXPECT_NE(e.message().find(bad), std::string::npos) << e.what();
+    }
+}
+
+// convert_hf_to_gguf's permute on 2 heads of head_dim 4 (rows h·4 + [0 1 2 3] → h·4 + [0 2 1 3]),
+// 3 columns: undoing it gives the HF rows back.
+TEST(GgufModel, UnpermuteQkRows) {
+  const uint64_t rows = 8, cols = 3;
+  std::vector<float> hf(rows * cols);
+  std::iota(hf.begin(), hf.end(), 0.0f);
+  // GGUF row h·hd + 2j + i = HF row h·hd + i·hd/2 + j
+  std::vector<float> gguf(rows * cols);
+  for (uint64_t h = 0; h < 2; ++h)
+    for (uint64_t i = 0; i < 2; ++i)
+      for (uint64_t j = 0; j < 2; ++j)
+        for (uint64_t c = 0; c < cols; ++c)
+          gguf[(h * 4 + 2 * j + i) * cols + c] = hf[(h * 4 + i * 2 + j) * cols + c];
+  EXPECT_EQ(gguf[1 * cols], hf[2 * cols]);  // row 1 of the GGUF is HF row 2
+  unpermute_qk_rows(gguf, rows, cols, 2, "q");
+  EXPECT_EQ(gguf, hf);
+  std::vector<float> odd(6 * cols);
+  EXPECT_THROW(unpermute_qk_rows(odd, 6, cols, 2, "k"), Error);  // head_dim 3 is odd
+}
+
+TEST(GgufModel, ConfigOfStories260K) {
+  const std::filesystem::path shared = std::filesystem::path(CORTIQ_SOURCE_DIR) / "../shared/models";
+  if (!std::filesystem::exists(shared / "stories260K-gguf/stories260K-f32.gguf"))
+    GTEST_SKIP() << "../shared missing";
+  const GgufFile g((shared / "stories260K-gguf/stories260K-f32.gguf").string());
+  const auto c = hf_config_from_gguf(g);
+  EXPECT_EQ(c["model_type"], "llama");
+  EXPECT_EQ(c["tie_word_embeddings"], true);
+  EXPECT_EQ(c["rms_norm_eps"], 1e-5);
+  const auto from_gguf = cmf::arch_to_json(arch_from_hf(c));
+  const auto from_hf =
+      cmf::arch_to_json(arch_from_hf(read_hf_files((shared / "stories260K-hf").string()).config));
+  EXPECT_EQ(from_gguf, from_hf);
+  // another architecture is named
+  const GgufFile v((shared / "ggml-vocab/ggml-vocab-gpt-2.gguf").string());
+  try {
+    (void)hf_config_from_gguf(v);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+    EXPECT_NE(e.message().find("'gpt2'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cortiq::convert
