@@ -83,6 +83,15 @@ extern "C" void on_sigint(int) {
   ::_exit(130);
 }
 
+/// Marks an answer being written (g_answering) for its lifetime, so Ctrl-C cancels the answer
+/// instead of ending the program; cleared on every exit, exceptions included.
+struct AnsweringScope {
+  AnsweringScope() { g_answering.store(true); }
+  ~AnsweringScope() { g_answering.store(false); }
+  AnsweringScope(const AnsweringScope&) = delete;
+  AnsweringScope& operator=(const AnsweringScope&) = delete;
+};
+
 void install_sigint_handler() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -160,15 +169,11 @@ void run_cmd(const RunArgs& a) {
       ids = lm.encode_raw(user);
     }
     g_cancel.store(false);
-    g_answering.store(true);
     runtime::GenerateResult r;
-    try {
+    {
+      const AnsweringScope answering;  // Ctrl-C cancels the answer, also when generate throws
       r = session.generate(ids, gp, stream);
-    } catch (...) {
-      g_answering.store(false);
-      throw;
     }
-    g_answering.store(false);
     if (chat) messages.push_back({"assistant", r.text});
     std::fflush(stdout);
     print_footer(r);

@@ -200,6 +200,18 @@ void rule_warnings(const QuantPlan& plan, const std::vector<Job>& jobs, std::vec
   }
 }
 
+/// The shared tail of convert / requant: runs `jobs` through the pipeline into `w` (`what` names
+/// the step on the progress bar), adds the plan's rule warnings and finishes the file with header
+/// `h`. Fills res.outputs, res.tensors and res.warnings; res.input_bytes is the caller's.
+/// Errors: those of run_pipeline and cmf::Writer::finish (the output is then not created).
+void write_jobs(std::vector<Job>& jobs, cmf::Writer& w, const cmf::Header& h, const QuantPlan& plan,
+                unsigned threads, bool allow_nonfinite, bool progress, const char* what, ConvertResult& res) {
+  run_pipeline(jobs, w, threads, allow_nonfinite, progress, what);
+  rule_warnings(plan, jobs, res.warnings);
+  res.outputs = w.finish(h);
+  res.tensors = jobs.size();
+}
+
 unsigned resolve_threads(unsigned t) {
   if (t > 0) return t;
   const unsigned hc = std::thread::hardware_concurrency();
@@ -323,11 +335,9 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
     j.source_bytes = t->data.size();
     jobs.push_back(std::move(j));
   }
-  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "converting");
-  rule_warnings(opt.plan, jobs, res.warnings);
-  res.outputs = w.finish(h);
+  write_jobs(jobs, w, h, opt.plan, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress,
+             "converting", res);
   res.input_bytes = g.total_tensor_bytes();
-  res.tensors = jobs.size();
   return res;
 }
 
@@ -409,11 +419,9 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
     res.warnings.push_back(
         fmt::format("no tokenizer.json in '{}': the file carries no vocab section", opt.model_dir));
   }
-  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "converting");
-  rule_warnings(opt.plan, jobs, res.warnings);
-  res.outputs = w.finish(h);
+  write_jobs(jobs, w, h, opt.plan, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress,
+             "converting", res);
   res.input_bytes = ckpt.total_bytes();
-  res.tensors = jobs.size();
   return res;
 }
 
@@ -472,11 +480,9 @@ ConvertResult requant_file(const RequantOptions& opt) {
   cmf::Writer w(opt.output, wo);
   if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
-  run_pipeline(jobs, w, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress, "requantizing");
-  rule_warnings(opt.plan, jobs, res.warnings);
-  res.outputs = w.finish(h);
+  write_jobs(jobs, w, h, opt.plan, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress,
+             "requantizing", res);
   for (const auto& j : jobs) res.input_bytes += j.source_bytes;
-  res.tensors = jobs.size();
   return res;
 }
 

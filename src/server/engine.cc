@@ -339,8 +339,6 @@ void Engine::loop() {
       s->last = next;
       std::string reason;
       const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
-      // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
-      // logprobs tokens joined give the content).
       const size_t text_begin = s->full.size();
       if (is_eos) {
         reason = "stop";
@@ -352,6 +350,9 @@ void Engine::loop() {
           s->full += s->dec->push(next);
         }
       }
+      // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
+      // logprobs tokens joined give the content). The logprob is recorded between the decode and
+      // the stop-string cut below, which drops it again when its token wrote only stop text.
       if (lp && !is_eos) s->pending_lp.push_back({std::move(*lp), text_begin, s->full.size()});
       if (!is_eos && s->dec) {
         size_t cut = std::string::npos;
