@@ -831,7 +831,8 @@ TEST_F(ConvertE2E, GgufItCannotTakeIsATypedError) {
 // GGUF gives the same tensors (names, order, shapes, payload bytes) and arch as of the HF folder:
 // llama with GQA (4 heads, 2 KV) and an untied head, qwen2 with Q/K/V biases and a tied head. The
 // same comparison catches a GGUF whose llama Q/K rows were not permuted, or whose K rows were
-// permuted with n_head instead of n_head_kv (--debug-permute), in exactly those tensors.
+// permuted with n_head instead of n_head_kv (--debug-permute), in exactly those tensors. A llama
+// with Llama 3.1 RoPE scaling gets its factors from the GGUF's rope_freqs tensor.
 TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
   NEED_PYTHON();
   struct Fam {
@@ -843,6 +844,13 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       {"qwen2",
        "--family qwen2 --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --tied "
        "--rope-theta 1000000 --seed 32"},
+      // Llama 3.1 RoPE scaling: the GGUF carries the factors as the rope_freqs tensor (head_dim 16,
+      // theta 5e5: pairs 0-3 get 1, pair 4 a smoothed 2.69, pairs 5-7 the factor 8)
+      {"llama3",
+       "--family llama --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 33 "
+       "--rope-theta 500000 --rope-scaling "
+       "'{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+       "\"original_max_position_embeddings\":8192}'"},
   };
   // Names of the tensors whose payloads differ between the two outputs; names, order, shapes,
   // dtypes and the arch JSON are EXPECTed equal.
@@ -859,8 +867,20 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       const auto pa = ra.payload(ta), pb = rb.payload(tb);
       if (!std::equal(pa.begin(), pa.end(), pb.begin(), pb.end())) differ.insert(ta.name);
     }
-    EXPECT_EQ(cortiq::cmf::arch_to_json(ra.header().arch).dump(1),
-              cortiq::cmf::arch_to_json(rb.header().arch).dump(1));
+    // llama3 RoPE factors: the GGUF carries them as f32 (computed in float32 by llama.cpp), the HF
+    // path computes them in double from config.json, so they agree to f32 precision.
+    auto ja = cortiq::cmf::arch_to_json(ra.header().arch), jb = cortiq::cmf::arch_to_json(rb.header().arch);
+    EXPECT_EQ(ja.contains("rope_freq_factors"), jb.contains("rope_freq_factors"));
+    if (ja.contains("rope_freq_factors") && jb.contains("rope_freq_factors")) {
+      const auto fa = ja["rope_freq_factors"].get<std::vector<double>>();
+      const auto fb = jb["rope_freq_factors"].get<std::vector<double>>();
+      EXPECT_EQ(fa.size(), fb.size());
+      for (size_t i = 0; i < std::min(fa.size(), fb.size()); ++i)
+        EXPECT_NEAR(fa[i], fb[i], 1e-6 * fa[i]) << i;
+      ja.erase("rope_freq_factors");
+      jb.erase("rope_freq_factors");
+    }
+    EXPECT_EQ(ja.dump(1), jb.dump(1));
     return differ;
   };
   for (const auto& f : fams) {
@@ -870,8 +890,18 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
     int rc = 0;
     std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
     ASSERT_EQ(rc, 0) << log;
+    if (f.family == "llama3") {  // the HF conversion's factors: the GGUF's must match them
+      const auto ra = cortiq::cmf::Reader::open(a.string());
+      const auto& ff = ra.header().arch.rope_freq_factors;
+      ASSERT_TRUE(ff.has_value());
+      ASSERT_EQ(ff->size(), 8u);
+      EXPECT_EQ((*ff)[3], 1.0);
+      EXPECT_NEAR((*ff)[4], 2.69453, 1e-5);
+      EXPECT_EQ((*ff)[5], 8.0);
+    }
     for (const std::string mode : {"normal", "none", "k-with-n-head"}) {
       SCOPED_TRACE(mode);
+      if (f.family == "llama3" && mode != "normal") continue;  // the permutation checks are llama's
       const fs::path gguf = dir_ / ("go_" + f.family + "_" + mode + ".gguf");
       const fs::path b = dir_ / ("go_" + f.family + "_" + mode + ".cmf");
       log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
@@ -881,7 +911,8 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       log = cli("convert " + gguf.string() + " --quant f32 -o " + b.string(), &rc);
       ASSERT_EQ(rc, 0) << log;
       auto r = cortiq::cmf::Reader::open(b.string());
-      EXPECT_EQ(r.tensors().size(), f.family == "llama" ? 21u : 26u);  // 9 (+3 biases) a layer, 3 or 2 more
+      // 9 (+3 biases) a layer, 3 or 2 more; rope_freqs is no tensor of the CMF but the arch's factors
+      EXPECT_EQ(r.tensors().size(), f.family == "qwen2" ? 26u : 21u);
       const std::set<std::string> differ = compare(a, b);
       std::set<std::string> want;  // the broken permutation shows in exactly the llama Q/K tensors
       if (f.family == "llama" && mode != "normal")
@@ -890,6 +921,20 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
           want.insert(fmt::format("model.layers.{}.self_attn.k_proj.weight", l));
         }
       EXPECT_EQ(differ, want) << fmt::format("differ: {}", fmt::join(differ, ", "));
+    }
+    if (f.family != "llama3") continue;
+    for (const std::string broken : {"short", "zero"}) {  // a bad rope_freqs is refused, naming it
+      SCOPED_TRACE(broken);
+      const fs::path gguf = dir_ / ("go_rope_" + broken + ".gguf");
+      log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
+                       hf.string() + " " + gguf.string() + " --debug-rope-freqs " + broken,
+                   &rc);
+      ASSERT_EQ(rc, 0) << log;
+      log = cli("convert " + gguf.string() + " --quant f32 -o " + (dir_ / "go_rope_bad.cmf").string(), &rc);
+      EXPECT_NE(rc, 0) << log;
+      EXPECT_NE(log.find("rope_freqs.weight"), std::string::npos) << log;
+      EXPECT_NE(log.find(broken == "short" ? "has 7 values" : "value 0 is 0"), std::string::npos) << log;
+      EXPECT_TRUE(leftovers("go_rope_bad").empty()) << log;
     }
   }
 }

@@ -266,6 +266,15 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
     if (name.empty()) {  // rope_freqs.weight: llama3's per-dimension RoPE factors
       std::vector<float> v(t.numel);
       gguf_to_f32(t, v);
+      // one factor per rotary pair, each a finite positive divisor of its inverse frequency
+      const auto pairs = static_cast<uint64_t>(arch.head_dim * arch.partial_rotary_factor) / 2;
+      if (v.size() != pairs)
+        fail(ErrorKind::Parse, "GGUF tensor '{}' has {} values; head_dim {} has {} rotary pairs", t.name,
+             v.size(), arch.head_dim, pairs);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i]) || v[i] <= 0.0f)
+          fail(ErrorKind::Parse, "GGUF tensor '{}': value {} is {} (RoPE factors are finite and > 0)", t.name,
+               i, v[i]);
       arch.rope_freq_factors = std::vector<double>(v.begin(), v.end());
       continue;
     }

@@ -19,14 +19,16 @@ config.json has them. No tokenizer.ggml.model / tokens (the converter then write
 
 Tensors: token_embd, output_norm, output (only when the checkpoint has lm_head.weight),
 blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight
-and blk.N.attn_{q,k,v}.bias. For llama the Q rows (and bias) are permuted per head with n_head and
+and blk.N.attn_{q,k,v}.bias; for a llama config with rope_scaling.rope_type "llama3", first
+rope_freqs.weight (f32, one factor per rotary pair, as LlamaModel.generate_extra_tensors). For llama the Q rows (and bias) are permuted per head with n_head and
 the K rows with n_head_kv, as LlamaModel.permute does: head rows viewed as [2, hd/2] and
 transposed to [hd/2, 2] (HF's rotate-half pairs (j, j + hd/2) become adjacent rows 2j, 2j+1).
 qwen2 is not permuted. With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
 as in llama.cpp.
 
 --debug-permute none|k-with-n-head breaks the llama permutation on purpose (tests prove that
-the comparison would catch a converter that skipped the permutation or used n_head for K).
+the comparison would catch a converter that skipped the permutation or used n_head for K);
+--debug-rope-freqs short|zero writes a rope_freqs tensor one value short, or with a 0 factor.
 
 Example:
   hf_to_gguf.py /tmp/llama_ckpt /tmp/llama.gguf [--outtype f16]
@@ -104,6 +106,32 @@ def permute(w, n_head, n_head_kv):
     return w.reshape(n_head, 2, hd // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def llama3_rope_factors(c):
+    """llama.cpp's LlamaModel.generate_extra_tensors for rope_scaling.rope_type == "llama3": one
+    factor per rotary pair, computed in float32 as there (freqs from torch.arange in float32). As
+    there, original_max_position_embeddings is read from the top level of config.json (default
+    8192), not from rope_scaling."""
+    rs = c["rope_scaling"]
+    base = c.get("rope_theta", 10000.0)
+    dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    freqs = np.float32(1.0) / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor = rs.get("factor", 8.0)
+    low, high = rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
+    old = c.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for freq in freqs:
+        wavelen = np.float32(2 * np.pi) / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (np.float32(old) / wavelen - np.float32(low)) / np.float32(high - low)
+            out.append(np.float32(1) / ((np.float32(1) - smooth) / np.float32(factor) + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def gguf_name(hf):
     if hf == "model.embed_tokens.weight":
         return "token_embd.weight"
@@ -149,6 +177,8 @@ def main():
     ap.add_argument("--outtype", choices=["f32", "f16"], default="f32")
     ap.add_argument("--name", default="")
     ap.add_argument("--debug-permute", choices=["normal", "none", "k-with-n-head"], default="normal")
+    ap.add_argument("--debug-rope-freqs", choices=["normal", "short", "zero"], default="normal",
+                    help="write a broken rope_freqs tensor (one value short, or a 0 factor)")
     a = ap.parse_args()
 
     with open(os.path.join(a.model_dir, "config.json")) as f:
@@ -182,6 +212,15 @@ def main():
             w.add(f"tokenizer.ggml.{k}", T_UINT32, c[k])
 
     tensors = []
+    rs = c.get("rope_scaling") or {}
+    if arch == "llama" and str(rs.get("rope_type", rs.get("type", ""))).lower() == "llama3":
+        # generate_extra_tensors comes first in llama.cpp's tensor order
+        f = llama3_rope_factors(c)
+        if a.debug_rope_freqs == "short":
+            f = f[:-1]
+        elif a.debug_rope_freqs == "zero":
+            f[0] = 0.0
+        tensors.append(("rope_freqs.weight", [f.size], GGML_F32, f.astype("<f4").tobytes()))
     for hf, x in read_checkpoint(a.model_dir):
         if arch == "llama" and a.debug_permute != "none":
             if hf.endswith(("q_proj.weight", "q_proj.bias")):
