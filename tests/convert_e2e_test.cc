@@ -622,6 +622,42 @@ TEST_F(ConvertE2E, RequantAndCompactRefuseToOverwriteTheirInput) {
   EXPECT_TRUE(fs::is_symlink(link));
 }
 
+// `convert -o` naming its own GGUF input, or a weights / config file of its checkpoint folder, is
+// refused and leaves the source untouched (a newcomer's trial found both replaced, read-only or
+// not); a new .cmf inside the folder is still written.
+TEST_F(ConvertE2E, ConvertRefusesToOverwriteItsInput) {
+  NEED_PYTHON();
+  const fs::path hf = gen("own_input", "--family llama --seed 41");
+  const fs::path st = hf / "model.safetensors", cfg = hf / "config.json";
+  ASSERT_TRUE(fs::exists(st));
+  const std::string st_before = slurp(st), cfg_before = slurp(cfg);
+  int rc = 0;
+  for (const fs::path& out : {st, cfg, hf / "." / "config.json"}) {
+    const std::string log = cli("convert " + hf.string() + " --quant q8 -o " + out.string(), &rc);
+    EXPECT_EQ(exit_status(rc), 1) << log;
+    EXPECT_NE(log.find("is a file of the input folder"), std::string::npos) << log;
+  }
+  EXPECT_EQ(slurp(st), st_before);
+  EXPECT_EQ(slurp(cfg), cfg_before);
+  std::string log = cli("convert " + hf.string() + " --quant q8 -o " + (hf / "model.cmf").string(), &rc);
+  EXPECT_EQ(rc, 0) << log;
+  log = cli("convert " + hf.string() + " --quant q8 -o " + (hf / "model.cmf").string(), &rc);  // again
+  EXPECT_EQ(rc, 0) << log;
+
+  const fs::path gguf = dir_ / "own_input.gguf";
+  log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
+                   hf.string() + " " + gguf.string(),
+               &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const std::string g_before = slurp(gguf);
+  log = cli("convert " + gguf.string() + " --quant q8 -o " + gguf.string(), &rc);
+  EXPECT_EQ(exit_status(rc), 1) << log;
+  EXPECT_NE(log.find("Error: InvalidArgument: -o " + gguf.string() + " is the input file"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("convert would replace its own source"), std::string::npos) << log;
+  EXPECT_EQ(slurp(gguf), g_before);
+}
+
 // `template` takes a Hugging Face folder (as `tokenize` does) and reads `--messages -` from stdin.
 TEST_F(ConvertE2E, TemplateTakesAFolderAndStdin) {
   const fs::path tok = fs::path(CORTIQ_SOURCE_DIR) / "../shared/models/tokenizer-qwen2.5";

@@ -25,7 +25,9 @@ int register_command(Command c);
 /// Throws Error(InvalidArgument) naming `command` when `output` resolves to `input` (the same
 /// inode, through a symlink or hard link too, or the same canonical path) or, for an input named
 /// as a shard of a set, to any shard of that set: writers replace their output atomically at the
-/// end, so the source would be silently lost (requant, compact).
+/// end, so the source would be silently lost (requant, compact). When `input` is a folder (a
+/// checkpoint for convert), an `output` that is an existing weights, config or tokenizer file of
+/// that folder (.safetensors, .json, .jinja, .model, .bin, .gguf) is refused the same way.
 void refuse_overwriting_input(const std::string& input, const std::string& output, const char* command);
 
 /// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,

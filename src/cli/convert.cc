@@ -28,6 +28,7 @@ void convert_cmd(const ConvertArgs& a) {
   if (o.model_dir.empty()) fail(ErrorKind::InvalidArgument, "--model DIR is required");
   if (a.output.empty()) fail(ErrorKind::InvalidArgument, "--output FILE is required");
   o.output = a.output;
+  refuse_overwriting_input(o.model_dir, o.output, "convert");
   o.plan.base = convert::parse_quant(a.quant);
   for (const auto& r : a.rules) o.plan.rules.push_back(convert::parse_quant_rule(r));
   if (!std::isfinite(a.mean_bits) || a.mean_bits < 3 || a.mean_bits > 8)

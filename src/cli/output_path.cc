@@ -1,4 +1,4 @@
-// refuse_overwriting_input (cli/command.h): the check requant and compact make before writing.
+// refuse_overwriting_input (cli/command.h): the check convert, requant and compact make before writing.
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -26,6 +26,22 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
 }  // namespace
 
 void refuse_overwriting_input(const std::string& input, const std::string& output, const char* command) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(input, ec)) {
+    // A checkpoint folder: the files convert reads there are its weights, configs and tokenizer.
+    const fs::path out(output);
+    const std::string ext = out.extension().string();
+    const bool read_kind = ext == ".safetensors" || ext == ".json" || ext == ".jinja" || ext == ".model" ||
+                           ext == ".bin" || ext == ".gguf";
+    if (read_kind && fs::is_regular_file(out, ec) &&
+        same_file(out.parent_path().empty() ? "." : out.parent_path(), input))
+      fail(ErrorKind::InvalidArgument,
+           "-o {} is a file of the input folder {}: {} would replace part of its own source; write to "
+           "another path",
+           output, input, command);
+    return;
+  }
   std::vector<std::string> sources{input};
   if (const auto sn = cmf::parse_shard_name(input))
     for (uint32_t k = 1; k <= sn->count; ++k) sources.push_back(cmf::shard_file_name(sn->stem, k, sn->count));
