@@ -551,7 +551,7 @@ TEST_F(CliArgs, SignAndVerifyAShardSet) {
   const fs::path d = dir_ / "shards";
   fs::create_directories(d);
   const std::string out = ran("convert " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K -o " +
-                              (d / "shs.cmf").string() + " --quant f32 --shard-max-gb 0.0006");
+                              (d / "shs.cmf").string() + " --quant f32 --shard-max-gb 0.002");
   const std::string s1 = (d / "shs-00001-of-00002.cmf").string(),
                     s2 = (d / "shs-00002-of-00002.cmf").string();
   ASSERT_TRUE(fs::exists(s1) && fs::exists(s2)) << out;

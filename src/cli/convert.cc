@@ -62,7 +62,8 @@ void setup(CLI::App& root) {
       ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
   c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
   c->add_option("--shard-max-gb", a->shard_max_gb,
-                "split the output into shards of at most N GB (10^9 bytes)");
+                "split the output into files of at most N GB (10^9 bytes) each, the 1 MiB header gap "
+                "included; a tensor larger than that gets a file of its own");
   c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite,
               "keep NaN/Inf weights in tensors stored as f32/f16/bf16");

@@ -513,7 +513,10 @@ TEST(Container, ShardSet) {
   h.tokenizer_config = TokenizerBundle{};
   const std::string path = tmp_dir() + "/sh.cmf";
   WriterOptions o;
-  o.shard_max_bytes = 1024;  // embed (512) + norm + down fit; "big" gets its own shard
+  o.reserve_bytes = 1;  // a 4096-byte gap (the data alignment)
+  // the whole file counts: the gap, embed (512) + norm + down, and shard 1's 2-byte vocab fit;
+  // "big" gets its own shard
+  o.shard_max_bytes = 4096 + 1024 + 2;
   auto tensors = small_tensors();
   tensors.push_back({"tail", DType::F32, {4}, iota_bytes(16, 9)});
   const std::string vocab = "{}";
@@ -564,6 +567,29 @@ TEST(Container, ShardSet) {
   fs::copy_file(out2[1], tmp_dir() + "/mix-00002-of-00002.cmf");
   fs::copy_file(out2[0], tmp_dir() + "/mix-00001-of-00003.cmf");
   EXPECT_THROW(Reader::open(tmp_dir() + "/mix-00001-of-00003.cmf"), Error);
+}
+
+// The shard limit caps whole files: the 4096-byte gap, the tensors, and shard 1's vocab. With a
+// 300-byte vocab only one 512-byte tensor fits beside it in shard 1 (a blob-only limit would take
+// two), then two per shard; no file passes the limit.
+TEST(Container, ShardLimitCountsTheWholeFile) {
+  Header h = small_header();
+  WriterOptions o;
+  o.reserve_bytes = 1;
+  o.shard_max_bytes = 4096 + 1100;
+  const std::string path = tmp_dir() + "/whole.cmf";
+  std::vector<TensorData> ts;
+  for (int i = 0; i < 5; ++i)
+    ts.push_back({"t" + std::to_string(i), DType::F32, {128}, iota_bytes(512, static_cast<uint8_t>(i))});
+  const std::vector<uint8_t> vocab(300, '{');
+  const auto out = write_file(path, h, ts, std::nullopt, vocab, o);
+  ASSERT_EQ(out.size(), 3u);
+  std::vector<size_t> per_file;
+  for (const auto& p : out) {
+    EXPECT_LE(fs::file_size(p), o.shard_max_bytes) << p;
+    per_file.push_back(Reader::open(p, {.open_shard_set = false}).tensors().size());
+  }
+  EXPECT_EQ(per_file, (std::vector<size_t>{1, 2, 2}));
 }
 
 TEST(Container, DuplicateNamesAcrossShards) {

@@ -87,7 +87,11 @@ void Writer::add_tensor(std::string_view name, quant::DType dtype, std::span<con
   const uint64_t align = payload.size() >= kBigTensorBytes ? kBigTensorAlign : kTensorAlign;
   ShardOut* s = &m.shards.back();
   uint64_t off = align_up(s->cursor, align);
-  if (m.opt.shard_max_bytes && !s->dir.empty() && off + payload.size() > m.opt.shard_max_bytes) {
+  // The whole file counts against the limit: the reserved gap before the blob, the blob, and in the
+  // first shard the vocab and raw masks sections written after it at finish.
+  const uint64_t tail = m.shards.size() == 1 ? m.vocab.size() + (m.masks_raw ? m.masks_raw->size() : 0) : 0;
+  if (m.opt.shard_max_bytes && !s->dir.empty() &&
+      s->data_off + off + payload.size() + tail > m.opt.shard_max_bytes) {
     m.new_shard();
     s = &m.shards.back();
     off = 0;
@@ -213,9 +217,10 @@ std::vector<std::string> write_file(const std::string& path, const Header& heade
                                     WriterOptions opt) {
   if (!opt.expected_tensors) opt.expected_tensors = tensors.size();
   Writer w(path, opt);
-  for (const auto& t : tensors) w.add_tensor(t.name, t.dtype, t.shape, t.payload);
+  // vocab first: shard 1's size limit counts it (add_tensor)
   if (masks) w.set_masks(*masks);
   if (!vocab.empty()) w.set_vocab(std::vector<uint8_t>(vocab.begin(), vocab.end()));
+  for (const auto& t : tensors) w.add_tensor(t.name, t.dtype, t.shape, t.payload);
   return w.finish(header);
 }
 

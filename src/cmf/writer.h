@@ -20,7 +20,9 @@
 // are written and arch.num_loops > 1; SKILL_FILE when a skill record has base_dir_hash.
 //
 // Sharding (WriterOptions::shard_max_bytes > 0): tensors go greedily in call order into shards
-// whose blob stays ≤ shard_max_bytes (a single larger tensor gets a shard of its own). If more
+// whose whole file stays ≤ shard_max_bytes: the reserved gap before the blob (reserve_bytes), the
+// blob, and in shard 1 the vocab and raw masks set before the tensors (a tensor that does not fit
+// in an empty shard with its gap gets a shard of its own, which is then larger). If more
 // than one shard results, files are `{stem}-{no:05}-of-{count:05}.cmf` (stem = path without a
 // trailing ".cmf"), each a complete file with header.shard = {no, count}; only shard 1 carries
 // masks, vocab, tokenizer_config and skills. If only one shard results, `path` is written as a
@@ -49,7 +51,8 @@ struct WriterOptions {
   uint64_t reserve_bytes = 0;
   /// Hint for the default reserve.
   uint64_t expected_tensors = 0;
-  /// Split into shards whose blob is at most this many bytes; 0 = one file.
+  /// Split into shards of at most this many bytes per file (see the sharding note above); 0 = one
+  /// file.
   uint64_t shard_max_bytes = 0;
   /// Validate each payload with quant::validate_payload in add_tensor (reserved dtypes refused,
   /// u8 accepted as raw bytes).
@@ -74,7 +77,8 @@ class Writer {
   void set_masks(MaskCatalog masks);
   /// Raw masks section bytes (e.g. copied from a Reader); validated at finish() against the arch.
   void set_masks_raw(std::vector<uint8_t> section);
-  /// Vocab section bytes (HF tokenizer.json verbatim).
+  /// Vocab section bytes (HF tokenizer.json verbatim). Set it (and raw masks) before the first
+  /// add_tensor when sharding, so shard 1's size limit counts them.
   void set_vocab(std::vector<uint8_t> tokenizer_json);
   /// Number of tensors added so far.
   size_t num_tensors() const noexcept;
