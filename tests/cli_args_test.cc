@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cmf/reader.h"
@@ -117,6 +118,26 @@ TEST_F(CliArgs, ValidValuesStillRun) {
           "--threads 1");
   EXPECT_NE(out.find("[4 tokens"), std::string::npos) << out;
   EXPECT_EQ(out.find("--system is ignored"), std::string::npos) << out;
+}
+
+// bench --json-file: a path that cannot be written fails before the benchmark runs (no table, the
+// output path named, not its temporary); a good one gets the same JSON records as --json prints,
+// after the table.
+TEST_F(CliArgs, BenchJsonFileIsCheckedBeforeTheRun) {
+  ASSERT_TRUE(ok_);
+  const std::string bad = (dir_ / "no_such_dir" / "b.json").string();
+  int rc = 0;
+  std::string out = cli("bench " + model_ + " -p 4 -n 2 -r 1 -t 1 --json-file " + bad, rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("Error: Io: cannot create '" + bad + "' ("), std::string::npos) << out;
+  EXPECT_EQ(out.find("| model"), std::string::npos) << out;  // it did not run
+  const fs::path good = dir_ / "b.json";
+  out = ran("bench " + model_ + " -p 4 -n 2 -r 1 -t 1 --json-file " + good.string());
+  EXPECT_NE(out.find("| model"), std::string::npos) << out;
+  std::ifstream f(good);
+  const auto j = nlohmann::json::parse(f);
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j.size(), 2u);  // pp4 and tg2
 }
 
 // A repeatable flag takes one value per use, so the model path after it stays the positional (CLI11

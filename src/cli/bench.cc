@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "cli/command.h"
 #include "runtime/session.h"
@@ -43,16 +45,21 @@ void bench_cmd(const BenchArgs& a) {
       std::fprintf(stderr, "bench: %s\n", s.c_str());
       std::fflush(stderr);
     };
+  // The JSON file is created before the run, so an unwritable path fails now, not after minutes of
+  // measuring; it is committed after the table is printed.
+  std::optional<AtomicFile> json_file;
+  if (!a.json_file.empty()) json_file.emplace(a.json_file);
   const auto r = runtime::bench::run_bench(a.model, o, prog);
-  if (!a.json_file.empty()) {
-    const std::string j = runtime::bench::to_json(r).dump(2) + "\n";
-    write_file_atomic(a.json_file,
-                      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(j.data()), j.size()));
-  }
   if (a.json) {
     std::printf("%s\n", runtime::bench::to_json(r).dump(2).c_str());
   } else {
     std::printf("%s", runtime::bench::to_markdown(r).c_str());
+  }
+  std::fflush(stdout);
+  if (json_file) {
+    const std::string j = runtime::bench::to_json(r).dump(2) + "\n";
+    json_file->write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(j.data()), j.size()));
+    json_file->commit();
   }
 }
 

@@ -71,7 +71,9 @@ AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_pat
                              : std::filesystem::path(final_path_).lexically_normal().string());
   temp_path_ = final_path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(ErrorKind::Io, "cannot create '{}': {}", temp_path_, std::strerror(errno));
+  if (fd_ < 0)
+    fail(ErrorKind::Io, "cannot create '{}' (writing its temporary '{}' failed: {})", final_path_, temp_path_,
+         std::strerror(errno));
   slot_ = register_temp(temp_path_);
 }
 
