@@ -140,6 +140,28 @@ TEST_F(CliArgs, BenchJsonFileIsCheckedBeforeTheRun) {
   EXPECT_EQ(j.size(), 2u);  // pp4 and tg2
 }
 
+// `template FILE.cmf` gives the template bos_token / eos_token as the checkpoint folder does (the
+// texts of the file's bos and eos ids), so both render the same (a newcomer's trial found them
+// missing from the .cmf rendering).
+TEST_F(CliArgs, TemplateOfACmfKnowsBosAndEos) {
+  ASSERT_TRUE(ok_);
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K", d = dir_ / "bos-hf";
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(hf))
+    if (!fs::exists(d / e.path().filename())) fs::create_symlink(e.path(), d / e.path().filename());
+  std::ofstream(d / "chat_template.jinja")
+      << "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token }}[INST] {{ m['content'] }} [/INST]"
+         "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}";
+  const std::string cmf = (dir_ / "bos.cmf").string();
+  ran("convert " + d.string() + " -o " + cmf + " --quant f32");
+  const fs::path msgs = dir_ / "bos_msgs.json";
+  std::ofstream(msgs) << R"([{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},)"
+                      << R"({"role":"user","content":"ok"}])";
+  const std::string from_dir = ran("template " + d.string() + " --messages " + msgs.string());
+  EXPECT_EQ(from_dir, "<s>[INST] hi [/INST] yo</s><s>[INST] ok [/INST]");
+  EXPECT_EQ(ran("template " + cmf + " --messages " + msgs.string()), from_dir);
+}
+
 // A repeatable flag takes one value per use, so the model path after it stays the positional (CLI11
 // vector options otherwise swallow it: "model is required").
 TEST_F(CliArgs, RepeatableFlagBeforeTheModel) {

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -32,25 +34,35 @@ std::string read_input(const std::string& path) {
   return ss.str();
 }
 
-/// The tokenizer_config.json to read for `model` when it is not a .cmf: the file itself, or for a
-/// Hugging Face folder (as `cortiq tokenize` accepts) its tokenizer_config.json. Throws
-/// Error(InvalidArgument) for a folder without one.
-std::string tokenizer_config_path(const std::string& model) {
-  namespace fs = std::filesystem;
-  if (!fs::is_directory(model)) return model;
-  const fs::path p = fs::path(model) / "tokenizer_config.json";
-  if (!fs::exists(p))
-    fail(ErrorKind::InvalidArgument,
-         "'{}' is a folder without tokenizer_config.json: give a .cmf or a tokenizer_config.json", model);
-  return p.string();
-}
-
 nlohmann::ordered_json read_json(const std::string& path) {
   try {
     return nlohmann::ordered_json::parse(read_input(path));
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::Parse, "{}: invalid JSON: {}", path, e.what());
   }
+}
+
+/// The tokenizer config to render for `model` when it is not a .cmf: the tokenizer_config.json file
+/// itself, or for a Hugging Face folder (as `cortiq tokenize` accepts) its tokenizer_config.json
+/// with the template of its chat_template.jinja when that file is there and not blank (it wins, as
+/// in transformers and in `cortiq convert`). Throws Error(InvalidArgument) for a folder with
+/// neither file.
+nlohmann::ordered_json folder_config(const std::string& model) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(model)) return read_json(model);
+  const fs::path p = fs::path(model) / "tokenizer_config.json",
+                 jinja = fs::path(model) / "chat_template.jinja";
+  if (!fs::exists(p) && !fs::exists(jinja))
+    fail(ErrorKind::InvalidArgument,
+         "'{}' is a folder without tokenizer_config.json or chat_template.jinja: give a .cmf or a "
+         "tokenizer_config.json",
+         model);
+  nlohmann::ordered_json cfg = fs::exists(p) ? read_json(p.string()) : nlohmann::ordered_json::object();
+  if (fs::exists(jinja)) {
+    const std::string t = read_input(jinja.string());
+    if (t.find_first_not_of(" \t\r\n") != std::string::npos) cfg["chat_template"] = t;
+  }
+  return cfg;
 }
 
 bool ends_with(const std::string& s, const char* suf) {
@@ -90,16 +102,31 @@ void run(const TemplateArgs& a) {
       fail(ErrorKind::Parse, "{}: header.tokenizer_config.chat_template is absent", a.model);
     nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
     cfg["chat_template"] = *tc->chat_template;
-    // Special-token strings, when the converter kept them in the bundle's extra keys.
+    // Special-token strings: the bundle's extra keys when the converter kept them, else the texts of
+    // its bos / first eos ids in the file's tokenizer (vocab section, or the tokenizer.json beside
+    // it), as run and serve render the template.
     for (const char* k : {"bos_token", "eos_token"})
       if (tc->extra.contains(k)) cfg[k] = nlohmann::ordered_json::parse(tc->extra[k].dump());
+    if (!cfg.contains("bos_token") || !cfg.contains("eos_token")) {
+      std::optional<Tokenizer> tok;
+      const auto v = r.vocab();
+      const std::filesystem::path side = std::filesystem::path(a.model).parent_path() / "tokenizer.json";
+      if (!v.empty())
+        tok.emplace(
+            Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
+      else if (std::filesystem::exists(side))
+        tok.emplace(Tokenizer::from_file(side.string()));
+      if (tok && !cfg.contains("bos_token") && tc->bos_token_id)
+        cfg["bos_token"] = tok->id_to_token(*tc->bos_token_id);
+      if (tok && !cfg.contains("eos_token") && !tc->eos_token_ids.empty())
+        cfg["eos_token"] = tok->id_to_token(tc->eos_token_ids[0]);
+    }
     std::string out = ChatTemplate::from_tokenizer_config(cfg, a.name, with_tools).apply(req);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return;
   }
   std::string out =
-      ChatTemplate::from_tokenizer_config(read_json(tokenizer_config_path(a.model)), a.name, with_tools)
-          .apply(req);
+      ChatTemplate::from_tokenizer_config(folder_config(a.model), a.name, with_tools).apply(req);
   std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
