@@ -78,6 +78,8 @@ TEST_F(CliArgs, NegativeCountsAreRefused) {
   refused("run " + model_ + " -p x -n -5 --greedy",
           "--max-tokens: must be ≥ 0 or -1 (until the context is full), got -5");
   refused("bench " + model_ + " -p -1 -n 4 -r 1 -t 1", "--n-prompt: must be ≥ 0, got -1");
+  refused("ppl " + model_ + " -f README.md --chunks 0", "--chunks: must be ≥ 1 or -1 (all chunks), got 0");
+  refused("ppl " + model_ + " -f README.md --chunks -2", "--chunks: must be ≥ 1 or -1 (all chunks), got -2");
   refused("bench " + model_ + " -p 4 -n 4 -r 1 -t 1,-2", "--threads: must be ≥ 0, got -2");
   refused("run " + model_ + " -p x --threads -1", "--threads: must be ≥ 0, got -1");
   refused("serve " + model_ + " --parallel -3", "--parallel: must be ≥ 0, got -3");
@@ -487,7 +489,7 @@ TEST_F(CliArgs, PplLlamaSpellings) {
   EXPECT_NE(two.find("\nFinal estimate: " + value + "\n"), std::string::npos) << two;
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --chunks 2",
           "--chunks applies to chunked mode");
-  refused("ppl " + model_ + " -f " + text.string() + " --chunks -3", "--chunks: must be ≥ 0 or -1");
+  refused("ppl " + model_ + " -f " + text.string() + " --chunks -3", "--chunks: must be ≥ 1 or -1");
   // piped: no progress bar
   EXPECT_EQ(all.find('\r'), std::string::npos) << all;
 }
@@ -600,6 +602,7 @@ TEST_F(CliArgs, SignAndVerifyAShardSet) {
   ASSERT_TRUE(fs::exists(s1) && fs::exists(s2)) << out;
   const std::string key = (d / "k.key").string();
   const std::string signed_out = ran("sign " + s1 + " --key " + key);
+  EXPECT_NE(signed_out.find("created signing key " + key + " (private"), std::string::npos) << signed_out;
   EXPECT_NE(signed_out.find("signed: " + s1 + ".sig\n"), std::string::npos) << signed_out;
   EXPECT_NE(signed_out.find("signed: " + s2 + ".sig\n"), std::string::npos) << signed_out;
   const size_t p = signed_out.find("pubkey: ");

@@ -626,6 +626,10 @@ TEST_F(ServeE2E, LogitBiasLogprobsAndModelRetrieve) {
   r = http(port_, "GET", "/v1/models/gpt-4o");
   EXPECT_EQ(r.status, 404) << r.body;
   EXPECT_EQ(r.j()["error"]["code"], "model_not_found");
+  r = http(port_, "GET", "/v1/models/org/name");  // an id with a slash reaches the route
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(r.j()["error"]["code"], "model_not_found");
+  EXPECT_NE(r.j()["error"]["message"].get<std::string>().find("'org/name'"), std::string::npos) << r.body;
 
   r = http(port_, "POST", "/tokenize", R"({"content":" cat"})");
   ASSERT_EQ(r.status, 200) << r.body;

@@ -63,6 +63,9 @@ CLI::Validator in_range(double lo, double hi);
 /// A count that may also be -1, which means `minus_one` ("must be ≥ 0 or -1 (all chunks), got -5";
 /// run's -n, ppl's --chunks, as llama.cpp spells "no limit").
 CLI::Validator non_negative_or_minus_one(const std::string& minus_one);
+/// A count ≥ 1 that may also be -1, which means `minus_one` ("must be ≥ 1 or -1 (all chunks), got
+/// 0"; ppl's --chunks, where 0 chunks would score nothing).
+CLI::Validator positive_or_minus_one(const std::string& minus_one);
 
 /// The usage error for a llama.cpp flag that cortiq does not take, or nullopt: `-ngl` /
 /// `--n-gpu-layers` / `--gpu-layers` (no GPU offload) and `-m` / `--model` (the model is the first

@@ -85,6 +85,15 @@ CLI::Validator non_negative_or_minus_one(const std::string& minus_one) {
       "", "N_OR_MINUS_1");
 }
 
+CLI::Validator positive_or_minus_one(const std::string& minus_one) {
+  return CLI::Validator(
+      [minus_one](std::string& s) -> std::string {
+        const auto v = number_of(s);
+        return v && *v != -1 && *v < 1 ? "must be ≥ 1 or -1 (" + minus_one + "), got " + s : std::string();
+      },
+      "", "N_OR_MINUS_1");
+}
+
 CLI::Validator in_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {

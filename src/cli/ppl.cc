@@ -107,7 +107,7 @@ void setup(CLI::App& root) {
   c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512)")
       ->each([a](const std::string&) { a->ctx_given = true; });
   c->add_option("--chunks", a->chunks, "score at most the first N chunks (chunked mode; -1 = all)")
-      ->check(non_negative_or_minus_one("all chunks"));
+      ->check(positive_or_minus_one("all chunks"));
   c->add_option("--batch", a->batch, "positions per forward call (0 = whole chunk)");
   c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
   c->add_option("--tokens", a->tokens,

@@ -1,6 +1,7 @@
 // `cortiq sign <file> [--key F]` — detached Ed25519 signature over the file's SHA-256
 // (FORMAT-NOTES §1.17); for a shard of a set, one <shard>.sig for every file of the set.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,13 @@ void setup_sign(CLI::App& root) {
       const cmf::Reader r = cmf::Reader::open(o->file);
       for (size_t i = 0; i < r.num_files(); ++i) files.push_back(r.path(i));
     }
+    std::error_code ec;
+    const bool created = !std::filesystem::exists(o->key, ec);
     const auto seed = cmf::load_or_create_signing_key(o->key);
+    if (created)  // a new private key in the working folder should not go unnoticed
+      std::fprintf(stderr,
+                   "created signing key %s (private: keep it safe; its public half is printed below)\n",
+                   o->key.c_str());
     std::string pub;
     for (const auto& f : files) {
       pub = cmf::sign_file(f, seed);

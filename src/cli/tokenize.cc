@@ -116,7 +116,8 @@ void run(const TokenizeArgs& a) {
     }
   } else if (has_magic(a.model, "GGUF")) {
     fail(ErrorKind::Unsupported,
-         "'{}' is a GGUF file: tokenize takes a .cmf or a tokenizer.json (convert the HF checkpoint)",
+         "'{}' is a GGUF file: tokenize takes a .cmf or a tokenizer.json (convert it first: `cortiq "
+         "convert FILE.gguf -o out.cmf`)",
          a.model);
   } else {
     tok.emplace(Tokenizer::from_file(a.model));

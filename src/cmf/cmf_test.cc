@@ -771,7 +771,10 @@ TEST(Hostile, ForeignMagicNamesTheFormat) {
         m.find(n == 16 ? "16 bytes, not a CMF file (magic missing)" : "bad magic 47 47 55 46 at offset 0"),
         std::string::npos)
         << m;
-    EXPECT_NE(m.find("; this is a GGUF file; cortiq reads .cmf files"), std::string::npos) << m;
+    EXPECT_NE(m.find("; this is a GGUF file; cortiq reads .cmf files: convert it first (`cortiq convert "
+                     "FILE.gguf -o out.cmf`)"),
+              std::string::npos)
+        << m;
     EXPECT_EQ(open_error(std::span(gguf).first(n)), ErrorKind::InvalidMagic);
   }
   // safetensors: u64 LE header length, then the JSON header.

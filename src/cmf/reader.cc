@@ -119,8 +119,8 @@ const char* kSecNames[6] = {"header", "dir", "data", "masks", "vocab", "index"};
 /// file with its header length (u64 LE) followed by the JSON header's '{'.
 std::string magic_hint(std::span<const uint8_t> b) {
   if (b.size() >= 4 && std::equal(b.begin(), b.begin() + 4, "GGUF"))
-    return "; this is a GGUF file; cortiq reads .cmf files (`cortiq convert` takes a Hugging Face "
-           "safetensors folder)";
+    return "; this is a GGUF file; cortiq reads .cmf files: convert it first (`cortiq convert FILE.gguf "
+           "-o out.cmf`)";
   if (b.size() >= 9 && b[8] == '{') {
     const uint64_t n = load_le<uint64_t>(b.data());
     if (n >= 2 && n <= 100'000'000)  // safetensors caps its header at 100 MB

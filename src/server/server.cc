@@ -938,7 +938,7 @@ int run_server(const ServerOptions& opt) {
       {"GET", "/health", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
       {"GET", "/healthz", [&](const httplib::Request&, httplib::Response& res) { svc.health(res); }},
       {"GET", "/v1/models", [&](const httplib::Request&, httplib::Response& res) { svc.models(res); }},
-      {"GET", R"(/v1/models/([^/]+))",
+      {"GET", R"(/v1/models/(.+))",  // Hugging Face ids have a slash: "org/name"
        [&](const httplib::Request& q, httplib::Response& res) { svc.model(q, res); }},
       {"GET", "/v1/cortiq/masks", [&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }},
       {"POST", "/tokenize", [&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }},
