@@ -181,6 +181,14 @@ TEST_F(CliArgs, TokenizeEmptyText) {
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
 }
 
+// `tokenize` shows a byte-fallback token by its byte (HF's <0xE6> piece, id 233 in the stories
+// vocab), so the three bytes of 日 are told apart instead of three U+FFFD.
+TEST_F(CliArgs, TokenizeShowsByteTokensAsBytes) {
+  ASSERT_TRUE(ok_);
+  EXPECT_EQ(ran("tokenize " + model_ + " --text '日' --no-special"),
+            "   410 -> ' '\n   233 -> '\\xe6'\n   154 -> '\\x97'\n   168 -> '\\xa5'\n");
+}
+
 // `run` prints the continuation of the prompt: the stories tokenizer (SentencePiece) writes the
 // space before "time" into the token, and it stays (transformers' TextStreamer, llama.cpp).
 TEST_F(CliArgs, RunKeepsTheLeadingSpaceOfTheContinuation) {

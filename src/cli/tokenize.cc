@@ -131,8 +131,9 @@ void run(const TokenizeArgs& a) {
     return;
   }
   for (uint32_t id : ids) {
-    // the text the token adds inside a text (llama-tokenize's piece): SentencePiece's "▁He" is " He"
-    const std::string piece = escape_piece(tok->token_text(id));
+    // the text the token adds inside a text (llama-tokenize's piece): SentencePiece's "▁He" is " He";
+    // as bytes, so a token holding part of a UTF-8 character shows them ('\xc3'), not U+FFFD
+    const std::string piece = escape_piece(tok->token_bytes(id));
     std::string line = fmt::format("{:6} -> '{}'\n", id, piece);
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
@@ -141,7 +142,7 @@ void run(const TokenizeArgs& a) {
 void setup(CLI::App& root) {
   auto a = std::make_shared<TokenizeArgs>();
   auto* c = root.add_subcommand("tokenize", "Tokenize text with a model's tokenizer (HF tokenizers parity)");
-  c->add_option("model", a->model, "model.cmf or tokenizer.json")->required();
+  c->add_option("model", a->model, "model.cmf, tokenizer.json or a Hugging Face folder")->required();
   auto* t = c->add_option("--text", a->text, "text to tokenize");
   auto* f = c->add_option("-f,--file", a->file, "file whose bytes are tokenized");
   t->excludes(f);

@@ -12,8 +12,10 @@ namespace cortiq::runtime {
 
 std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
   if (!tokenizer)
-    fail(ErrorKind::Unsupported,
-         "this model file has no tokenizer (vocab section) and no sidecar tokenizer.json");
+    fail(
+        ErrorKind::Unsupported,
+        "this model file has no tokenizer: no vocab section, and no tokenizer.json beside it ({} is missing)",
+        missing_tokenizer.empty() ? std::string("tokenizer.json") : missing_tokenizer);
   std::vector<uint32_t> ids = tokenizer->encode(text, false);
   if (add_bos && bos_id && (ids.empty() || ids.front() != *bos_id)) ids.insert(ids.begin(), *bos_id);
   return ids;
@@ -72,6 +74,8 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
     const auto side = std::filesystem::path(path).parent_path() / "tokenizer.json";
     if (std::filesystem::exists(side))
       lm.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(side.string()));
+    else
+      lm.missing_tokenizer = side.string();
   }
   if (r.header().tokenizer_config) lm.bundle = *r.header().tokenizer_config;
   lm.eos_ids = lm.bundle.eos_token_ids;

@@ -52,8 +52,11 @@ struct LoadedModel {
   std::vector<uint32_t> eos_ids;  ///< bundle eos ids (+ tokenizer EOS-like specials)
   std::optional<uint32_t> bos_id;
   bool add_bos = false;  ///< prepend BOS to raw prompts
+  /// The tokenizer.json load_model looked for beside a file without a vocab section and did not
+  /// find ("" otherwise); encode_raw's error names it.
+  std::string missing_tokenizer;
 
-  /// Raw prompt → ids (BOS added when add_bos).
+  /// Raw prompt → ids (BOS added when add_bos). Error(Unsupported) when there is no tokenizer.
   std::vector<uint32_t> encode_raw(std::string_view text) const;
 };
 
