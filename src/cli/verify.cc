@@ -101,8 +101,12 @@ void run_verify(const VerifyOpts& o) {
   if (problems.empty()) std::printf("  ✓ all tensor hashes match\n");
   const size_t sig_problems = check_signatures(files, o.pubkey);
   std::fflush(stdout);
-  if (!problems.empty() || sig_problems)
-    fail(ErrorKind::HashMismatch, "{} problem(s) found", problems.size() + sig_problems);
+  // The error class says what failed: the file's contents (hashes, bounds, padding) or only its
+  // detached signature.
+  if (!problems.empty())
+    fail(ErrorKind::HashMismatch, "{} problem(s) found ({} in the file's contents, {} with its signature)",
+         problems.size() + sig_problems, problems.size(), sig_problems);
+  if (sig_problems) fail(ErrorKind::Signature, "{} signature problem(s) found", sig_problems);
   std::printf("OK\n");
 }
 
