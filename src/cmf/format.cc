@@ -5,6 +5,7 @@
 
 #include "util/error.h"
 #include "util/half.h"
+#include "util/utf8.h"
 
 namespace cortiq::cmf {
 
@@ -47,38 +48,6 @@ std::array<uint8_t, kEnvelopeSize> Envelope::encode() const noexcept {
   store_le<uint64_t>(&b[0x70], header_hash);
   store_le<uint64_t>(&b[0x78], dir_hash);
   return b;
-}
-
-bool is_valid_utf8(std::string_view s) noexcept {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0)
-      len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0)
-      len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0)
-      len = 4, cp = c & 0x07;
-    else
-      return false;
-    if (i + static_cast<size_t>(len) > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const auto cc = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += static_cast<size_t>(len);
-  }
-  return true;
 }
 
 std::vector<uint8_t> encode_directory(std::span<const DirRecord> recs) {

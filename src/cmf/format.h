@@ -78,9 +78,6 @@ std::vector<uint8_t> encode_directory(std::span<const DirRecord> records);
 /// the section) is only used in messages. Throws Error(Parse|Bounds).
 std::vector<DirRecord> decode_directory(std::span<const uint8_t> dir, uint64_t file_off);
 
-/// Whether `s` is valid UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF).
-bool is_valid_utf8(std::string_view s) noexcept;
-
 /// Rounds v up to a multiple of a (a power of two). Caller guarantees no overflow.
 constexpr uint64_t align_up(uint64_t v, uint64_t a) noexcept {
   return (v + a - 1) & ~(a - 1);

@@ -8,6 +8,7 @@
 #include "cmf/reader.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace cortiq::cmf {
 

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <random>
 
-#include "cmf/format.h"
 #include "cmf/hash.h"
+#include "util/utf8.h"
 
 namespace cortiq::server {
 
@@ -720,7 +720,7 @@ std::string sse_event(const ojson& j) {
 }
 
 std::string logprob_token(std::string_view bytes) {
-  if (cmf::is_valid_utf8(bytes)) return std::string(bytes);
+  if (is_valid_utf8(bytes)) return std::string(bytes);
   std::string out = "bytes:";
   for (unsigned char c : bytes) out += fmt::format("\\x{:02x}", c);
   return out;

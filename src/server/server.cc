@@ -26,6 +26,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/value.h"
 #include "util/atomic_file.h"
+#include "util/utf8.h"
 
 namespace cortiq::server {
 
@@ -222,7 +223,7 @@ class Service {
     ojson toks = ojson::array();
     for (uint32_t id : ids) {
       const std::string raw = lm_.tokenizer->token_bytes(id);
-      toks.push_back({{"id", id}, {"piece", cmf::is_valid_utf8(raw) ? ojson(raw) : byte_list(raw)}});
+      toks.push_back({{"id", id}, {"piece", is_valid_utf8(raw) ? ojson(raw) : byte_list(raw)}});
     }
     send_json(res, 200, {{"tokens", std::move(toks)}, {"count", ids.size()}});
   }

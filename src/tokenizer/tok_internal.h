@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "util/utf8.h"
+
 namespace cortiq::tok_detail {
 
 using json = nlohmann::json;
@@ -25,9 +27,9 @@ inline size_t cp_len(unsigned char b) {
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
 void append_cp(std::string& out, uint32_t cp);
-/// Replaces invalid UTF-8 by U+FFFD, one per maximal invalid subpart (WHATWG decoder rule).
+/// Replaces invalid UTF-8 by U+FFFD, one per maximal invalid subpart (WHATWG decoder rule;
+/// utf8_sequence, util/utf8.h). Validity itself: is_valid_utf8 (util/utf8.h).
 std::string to_valid_utf8(std::string_view s);
-bool is_valid_utf8(std::string_view s);
 
 /// Rust `char::is_whitespace` (Unicode White_Space).
 bool is_whitespace(uint32_t cp);

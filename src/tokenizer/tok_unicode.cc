@@ -46,53 +46,11 @@ void append_cp(std::string& out, uint32_t cp) {
   }
 }
 
-// Length of the valid sequence at s[i], or -(bytes of the maximal invalid subpart) when invalid.
-static long valid_seq(std::string_view s, size_t i) {
-  auto b = static_cast<unsigned char>(s[i]);
-  if (b < 0x80) return 1;
-  size_t need;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b >= 0xC2 && b <= 0xDF) {
-    need = 1;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    need = 2;
-    if (b == 0xE0) lo = 0xA0;
-    if (b == 0xED) hi = 0x9F;
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    need = 3;
-    if (b == 0xF0) lo = 0x90;
-    if (b == 0xF4) hi = 0x8F;
-  } else {
-    return -1;
-  }
-  for (size_t k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return -static_cast<long>(k);
-    auto c = static_cast<unsigned char>(s[i + k]);
-    if (c < lo || c > hi) return -static_cast<long>(k);
-    lo = 0x80;
-    hi = 0xBF;
-  }
-  return static_cast<long>(need + 1);
-}
-
-bool is_valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    long n = valid_seq(s, i);
-    if (n < 0) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 std::string to_valid_utf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    long n = valid_seq(s, i);
+    const long n = utf8_sequence(s, i);
     if (n > 0) {
       out.append(s.substr(i, static_cast<size_t>(n)));
       i += static_cast<size_t>(n);

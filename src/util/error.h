@@ -31,14 +31,8 @@ enum class ErrorKind {
 /// Human-readable name of an ErrorKind, e.g. "Bounds".
 std::string_view error_kind_name(ErrorKind kind) noexcept;
 
-/// `s` with every byte that is not part of a well-formed UTF-8 sequence (RFC 3629: no overlong
-/// forms, no surrogates, nothing above U+10FFFF) written as the four characters "\xNN"; valid text
-/// is unchanged. Error messages quote names read from files (a damaged GGUF's tensor names), and a
-/// message goes to terminals, logs and JSON, all of which want UTF-8.
-std::string escape_invalid_utf8(std::string_view s);
-
 /// The one exception type of the library. `what()` is "<Kind>: <message>", the message passed
-/// through escape_invalid_utf8.
+/// through escape_invalid_utf8 (util/utf8.h), so it is always valid UTF-8.
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message);
@@ -47,6 +41,8 @@ class Error : public std::runtime_error {
   const std::string& message() const noexcept { return message_; }
 
  private:
+  struct Escaped {};  // the message is already escaped (the public constructor escapes it once)
+  Error(ErrorKind kind, std::string escaped, Escaped);
   ErrorKind kind_;
   std::string message_;
 };
