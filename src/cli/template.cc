@@ -4,13 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
+#include "runtime/session.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -108,14 +107,7 @@ void run(const TemplateArgs& a) {
     for (const char* k : {"bos_token", "eos_token"})
       if (tc->extra.contains(k)) cfg[k] = nlohmann::ordered_json::parse(tc->extra[k].dump());
     if (!cfg.contains("bos_token") || !cfg.contains("eos_token")) {
-      std::optional<Tokenizer> tok;
-      const auto v = r.vocab();
-      const std::filesystem::path side = std::filesystem::path(a.model).parent_path() / "tokenizer.json";
-      if (!v.empty())
-        tok.emplace(
-            Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
-      else if (std::filesystem::exists(side))
-        tok.emplace(Tokenizer::from_file(side.string()));
+      const auto tok = runtime::load_tokenizer(r, a.model);
       if (tok && !cfg.contains("bos_token") && tc->bos_token_id)
         cfg["bos_token"] = tok->id_to_token(*tc->bos_token_id);
       if (tok && !cfg.contains("eos_token") && !tc->eos_token_ids.empty())

@@ -8,11 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
+#include <memory>
 #include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
+#include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -90,37 +91,25 @@ bool is_cmf(const std::string& path) {
 
 void run(const TokenizeArgs& a) {
   std::string input = a.file.empty() ? a.text : slurp(a.file);
-  std::optional<Tokenizer> tok;
+  std::unique_ptr<Tokenizer> tok;
   namespace fs = std::filesystem;
   if (fs::is_directory(a.model)) {  // an HF folder: its tokenizer.json
     if (!fs::exists(fs::path(a.model) / "tokenizer.json"))
       fail(ErrorKind::InvalidArgument,
            "'{}' is a folder without tokenizer.json: give a .cmf or a tokenizer.json", a.model);
-    tok.emplace(Tokenizer::from_file((fs::path(a.model) / "tokenizer.json").string()));
+    tok = std::make_unique<Tokenizer>(Tokenizer::from_file((fs::path(a.model) / "tokenizer.json").string()));
   } else if (is_cmf(a.model)) {
-    cmf::Reader r = cmf::Reader::open(a.model);
-    auto v = r.vocab();
-    if (!v.empty()) {
-      try {
-        tok.emplace(
-            Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(v.data()), v.size())));
-      } catch (const Error& e) {
-        throw Error(e.kind(), fmt::format("{}: the vocab section: {} (`cortiq verify` checks its hash)",
-                                          a.model, e.message()));
-      }
-    } else if (const fs::path side = fs::path(a.model).parent_path() / "tokenizer.json"; fs::exists(side)) {
-      tok.emplace(Tokenizer::from_file(side.string()));  // the sidecar `run` uses too
-    } else {
+    tok = runtime::load_tokenizer(cmf::Reader::open(a.model), a.model);  // the vocab section or the sidecar
+    if (!tok)
       fail(ErrorKind::Parse, "{}: the CMF file has no vocab section and no tokenizer.json beside it",
            a.model);
-    }
   } else if (has_magic(a.model, "GGUF")) {
     fail(ErrorKind::Unsupported,
          "'{}' is a GGUF file: tokenize takes a .cmf or a tokenizer.json (convert it first: `cortiq "
          "convert FILE.gguf -o out.cmf`)",
          a.model);
   } else {
-    tok.emplace(Tokenizer::from_file(a.model));
+    tok = std::make_unique<Tokenizer>(Tokenizer::from_file(a.model));
   }
   std::vector<uint32_t> ids = tok->encode(input, !a.no_special);
   if (a.ids_only) {

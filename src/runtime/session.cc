@@ -30,6 +30,24 @@ std::string threads_hint(const std::string& task) {
 }
 }  // namespace
 
+std::unique_ptr<Tokenizer> load_tokenizer(const cmf::Reader& r, const std::string& path,
+                                          std::string* missing) {
+  const auto vocab = r.vocab();
+  if (!vocab.empty()) {
+    try {
+      return std::make_unique<Tokenizer>(
+          Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size())));
+    } catch (const Error& e) {  // name the file and the section, not a tokenizer.json the user never had
+      throw Error(e.kind(), fmt::format("{}: the vocab section: {} (`cortiq verify` checks its hash)", path,
+                                        e.message()));
+    }
+  }
+  const auto side = std::filesystem::path(path).parent_path() / "tokenizer.json";
+  if (std::filesystem::exists(side)) return std::make_unique<Tokenizer>(Tokenizer::from_file(side.string()));
+  if (missing) *missing = side.string();
+  return nullptr;
+}
+
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
   LoadedModel lm;
@@ -60,23 +78,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   lm.source = std::make_unique<model::CmfTensorSource>(r);
   lm.model = model::Model::bind(arch, *lm.source, model::ModelOptions{opt.threads});
 
-  // Tokenizer: embedded vocab section, else a sidecar tokenizer.json next to the file.
-  const auto vocab = r.vocab();
-  if (!vocab.empty()) {
-    try {
-      lm.tokenizer = std::make_unique<Tokenizer>(
-          Tokenizer::from_json(std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size())));
-    } catch (const Error& e) {  // name the file and the section, not a tokenizer.json the user never had
-      throw Error(e.kind(), fmt::format("{}: the vocab section: {} (`cortiq verify` checks its hash)", path,
-                                        e.message()));
-    }
-  } else {
-    const auto side = std::filesystem::path(path).parent_path() / "tokenizer.json";
-    if (std::filesystem::exists(side))
-      lm.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(side.string()));
-    else
-      lm.missing_tokenizer = side.string();
-  }
+  lm.tokenizer = load_tokenizer(r, path, &lm.missing_tokenizer);
   if (r.header().tokenizer_config) lm.bundle = *r.header().tokenizer_config;
   lm.eos_ids = lm.bundle.eos_token_ids;
   if (lm.tokenizer) {

@@ -60,6 +60,13 @@ struct LoadedModel {
   std::vector<uint32_t> encode_raw(std::string_view text) const;
 };
 
+/// The tokenizer of the CMF file `r` opened from `path`: its vocab section (an HF tokenizer.json),
+/// else a tokenizer.json beside the file (the sidecar), else null with `*missing` (when given) set
+/// to the sidecar path it looked for. A vocab section that does not parse is Error(Parse) naming
+/// the file and the section; a sidecar that does not parse, the sidecar's own error.
+std::unique_ptr<Tokenizer> load_tokenizer(const cmf::Reader& r, const std::string& path,
+                                          std::string* missing = nullptr);
+
 /// Opens, validates and binds. Refuses a SKILL_FILE (Error(Unsupported) naming `cortiq skill
 /// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks, as is a `ctx`
 /// above the model's max_position_embeddings; a file
