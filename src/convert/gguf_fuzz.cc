@@ -40,6 +40,20 @@ struct Image {
   void pad(uint64_t align) {
     while (b.size() % align) b.push_back(0);
   }
+  /// One metadata entry with a scalar value: key, u32 value type, the value.
+  template <class T>
+  void kv(const std::string& key, uint32_t type, T v) {
+    str(key);
+    put<uint32_t>(type);
+    put<T>(v);
+  }
+  /// The head of an array entry (element type, count); the caller writes the elements.
+  void kv_array(const std::string& key, uint32_t elem_type, uint64_t count) {
+    str(key);
+    put<uint32_t>(9);
+    put<uint32_t>(elem_type);
+    put<uint64_t>(count);
+  }
 };
 
 struct SeedTensor {
@@ -60,49 +74,26 @@ std::vector<uint8_t> seed(uint32_t alignment, const std::vector<SeedTensor>& ten
   im.str("general.architecture");
   im.put<uint32_t>(8);
   im.str("llama");
-  im.str("llama.block_count");
-  im.put<uint32_t>(4);
-  im.put<uint32_t>(1);
-  im.str("llama.rope.freq_base");
-  im.put<uint32_t>(6);
-  im.put<float>(10000.0f);
-  im.str("general.flag");
-  im.put<uint32_t>(7);
-  im.put<uint8_t>(1);
-  im.str("general.i64");
-  im.put<uint32_t>(11);
-  im.put<int64_t>(-5);
-  im.str("general.f64");
-  im.put<uint32_t>(12);
-  im.put<double>(0.25);
-  im.str("tokenizer.ggml.tokens");
-  im.put<uint32_t>(9);
-  im.put<uint32_t>(8);
-  im.put<uint64_t>(3);
+  im.kv<uint32_t>("llama.block_count", 4, 1);
+  im.kv<float>("llama.rope.freq_base", 6, 10000.0f);
+  im.kv<uint8_t>("general.flag", 7, 1);
+  im.kv<int64_t>("general.i64", 11, -5);
+  im.kv<double>("general.f64", 12, 0.25);
+  im.kv_array("tokenizer.ggml.tokens", 8, 3);
   for (const char* t : {"<unk>", "a",
                         "\xe2\x96\x81"
                         "b"})
     im.str(t);
-  im.str("tokenizer.ggml.scores");
-  im.put<uint32_t>(9);
-  im.put<uint32_t>(6);
-  im.put<uint64_t>(3);
+  im.kv_array("tokenizer.ggml.scores", 6, 3);
   for (float s : {0.0f, -1.0f, -2.0f}) im.put<float>(s);
-  im.str("general.nested");  // array of arrays of i16
-  im.put<uint32_t>(9);
-  im.put<uint32_t>(9);
-  im.put<uint64_t>(2);
+  im.kv_array("general.nested", 9, 2);  // array of arrays of i16
   for (int a = 0; a < 2; ++a) {
     im.put<uint32_t>(3);
     im.put<uint64_t>(2);
     im.put<int16_t>(static_cast<int16_t>(a));
     im.put<int16_t>(-7);
   }
-  if (alignment != 32) {
-    im.str("general.alignment");
-    im.put<uint32_t>(4);
-    im.put<uint32_t>(alignment);
-  }
+  if (alignment != 32) im.kv<uint32_t>("general.alignment", 4, alignment);
   std::vector<uint64_t> sizes;
   uint64_t off = 0;
   for (const auto& t : tensors) {
