@@ -47,19 +47,7 @@ void append_cp(std::string& out, uint32_t cp) {
 }
 
 std::string to_valid_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const long n = utf8_sequence(s, i);
-    if (n > 0) {
-      out.append(s.substr(i, static_cast<size_t>(n)));
-      i += static_cast<size_t>(n);
-    } else {
-      out.append("\xEF\xBF\xBD");
-      i += static_cast<size_t>(-n);
-    }
-  }
-  return out;
+  return replace_invalid_utf8(s, [](std::string_view) { return std::string_view("\xEF\xBF\xBD"); });
 }
 
 bool is_whitespace(uint32_t c) {

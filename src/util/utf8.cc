@@ -42,18 +42,11 @@ bool is_valid_utf8(std::string_view s) noexcept {
 }
 
 std::string escape_invalid_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const long n = utf8_sequence(s, i);
-    if (n > 0) {
-      out.append(s.substr(i, static_cast<size_t>(n)));
-      i += static_cast<size_t>(n);
-    } else {
-      for (long k = 0; k < -n; ++k, ++i) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[i]));
-    }
-  }
-  return out;
+  return replace_invalid_utf8(s, [](std::string_view bad) {
+    std::string e;
+    for (char c : bad) e += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    return e;
+  });
 }
 
 }  // namespace cortiq

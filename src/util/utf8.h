@@ -19,6 +19,25 @@ long utf8_sequence(std::string_view s, size_t i) noexcept;
 /// Whether every byte of `s` belongs to a well-formed sequence (utf8_sequence).
 bool is_valid_utf8(std::string_view s) noexcept;
 
+/// `s` with each maximal invalid subpart (utf8_sequence) replaced by `replace(subpart)`, a string;
+/// well-formed sequences are copied. escape_invalid_utf8 and the tokenizer's U+FFFD repair are
+/// the two replacements.
+template <class Replace>
+std::string replace_invalid_utf8(std::string_view s, Replace&& replace) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const long n = utf8_sequence(s, i);
+    const size_t len = static_cast<size_t>(n > 0 ? n : -n);
+    if (n > 0)
+      out.append(s.substr(i, len));
+    else
+      out.append(replace(s.substr(i, len)));
+    i += len;
+  }
+  return out;
+}
+
 /// `s` with every byte that is not part of a well-formed sequence written as the four characters
 /// "\xNN"; valid text is unchanged. Error messages quote names read from files (a damaged GGUF's
 /// tensor names), and a message goes to terminals, logs and JSON, all of which want UTF-8.
