@@ -38,7 +38,7 @@ using quant::DType;
 
 bool avx2_cpu_ok() noexcept {
   static const bool ok =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && simd_detail::cpu_has_f16c();
   return ok;
 }
 

@@ -2,10 +2,17 @@
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/simd_common.h"
 
+#include <cpuid.h>
+
 #include "quant/codec.h"
 #include "util/error.h"
 
 namespace cortiq::kernels::simd_detail {
+
+bool cpu_has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 
 const float* exp2_f16_table() {
   static const std::vector<float> t = [] {

@@ -24,6 +24,10 @@ namespace cortiq::kernels::simd_detail {
 /// Rows per parallel work unit (and per decoded block / ladder batch) of both tiers.
 inline constexpr uint64_t kRowBlock = 16;
 
+/// Whether the CPU has F16C (CPUID leaf 1, ECX bit 29). GCC's __builtin_cpu_supports knows "f16c"
+/// but clang 14's does not, so the kernels' CPU checks ask CPUID directly for this one feature.
+bool cpu_has_f16c() noexcept;
+
 /// Bytes ahead of the current load that the weight tiles prefetch (rounded up to whole tiles of
 /// rows). CMF rows are short (0.4–5 KiB): the hardware prefetchers hardly ramp up inside one row and
 /// do not cross 4 KiB pages, so without this a decode matvec ran at ~50% of the streaming bandwidth

@@ -46,7 +46,7 @@ bool simd_cpu_ok() noexcept {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+                         simd_detail::cpu_has_f16c();
   return ok;
 }
 
