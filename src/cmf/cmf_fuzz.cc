@@ -59,7 +59,7 @@ void write_seeds(const std::string& dir) {
     MaskCatalog c;
     c.default_task = "all";
     c.masks.push_back(make_full_mask(h.arch, "all", 0));
-    w.set_masks(c);
+    w.set_masks(c, h.arch);
     const std::string v = "{}";
     w.set_vocab({v.begin(), v.end()});
     w.finish(h);

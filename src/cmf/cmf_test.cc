@@ -514,9 +514,9 @@ TEST(Container, ShardSet) {
   const std::string path = tmp_dir() + "/sh.cmf";
   WriterOptions o;
   o.reserve_bytes = 1;  // a 4096-byte gap (the data alignment)
-  // the whole file counts: the gap, embed (512) + norm + down, and shard 1's 2-byte vocab fit;
-  // "big" gets its own shard
-  o.shard_max_bytes = 4096 + 1024 + 2;
+  // the whole file counts: the gap, embed (512) + norm + down, and shard 1's masks and 2-byte vocab
+  // fit; "big" gets its own shard
+  o.shard_max_bytes = 4096 + 1024 + 2 + encode_masks(small_masks(h.arch), h.arch).size();
   auto tensors = small_tensors();
   tensors.push_back({"tail", DType::F32, {4}, iota_bytes(16, 9)});
   const std::string vocab = "{}";
@@ -590,6 +590,33 @@ TEST(Container, ShardLimitCountsTheWholeFile) {
     per_file.push_back(Reader::open(p, {.open_shard_set = false}).tensors().size());
   }
   EXPECT_EQ(per_file, (std::vector<size_t>{1, 2, 2}));
+}
+
+TEST(Container, ShardLimitCountsTheMasks) {
+  // The masks section sits in shard 1 beside the vocab: a catalog given as a MaskCatalog is
+  // encoded when it is set, so shard 1's limit counts it as it counts raw masks.
+  Header h = small_header();
+  MaskCatalog cat;
+  cat.default_task = "all";
+  for (uint32_t i = 0; i < 4; ++i) cat.masks.push_back(make_full_mask(h.arch, "m" + std::to_string(i), i));
+  const uint64_t masks_bytes = encode_masks(cat, h.arch).size();
+  WriterOptions o;
+  o.reserve_bytes = 1;
+  o.shard_max_bytes = 4096 + 1100 + masks_bytes;
+  std::vector<TensorData> ts;
+  for (int i = 0; i < 5; ++i)
+    ts.push_back({"t" + std::to_string(i), DType::F32, {128}, iota_bytes(512, static_cast<uint8_t>(i))});
+  const std::vector<uint8_t> vocab(300, '{');
+  const auto out = write_file(tmp_dir() + "/masks.cmf", h, ts, cat, vocab, o);
+  std::vector<size_t> per_file;
+  for (const auto& p : out) {
+    EXPECT_LE(fs::file_size(p), o.shard_max_bytes) << p;
+    per_file.push_back(Reader::open(p, {.open_shard_set = false}).tensors().size());
+  }
+  EXPECT_EQ(per_file, (std::vector<size_t>{1, 3, 1}));  // shard 1 also holds masks and vocab
+  const Reader r = Reader::open(out[0]);
+  ASSERT_NE(r.masks(), nullptr);
+  EXPECT_EQ(r.masks()->masks.size(), 4u);
 }
 
 TEST(Container, DuplicateNamesAcrossShards) {

@@ -35,8 +35,7 @@ struct Writer::Impl {
   std::vector<ShardOut> shards;
   std::unordered_set<std::string> names;
   size_t ntensors = 0;
-  std::optional<MaskCatalog> masks;
-  std::optional<std::vector<uint8_t>> masks_raw;
+  std::optional<std::vector<uint8_t>> masks_raw;  // the encoded masks section
   std::vector<uint8_t> vocab;
   bool finished = false;
 
@@ -89,7 +88,7 @@ void Writer::add_tensor(std::string_view name, quant::DType dtype, std::span<con
   ShardOut* s = &m.shards.back();
   uint64_t off = align_up(s->cursor, align);
   // The whole file counts against the limit: the reserved gap before the blob, the blob, and in the
-  // first shard the vocab and raw masks sections written after it at finish.
+  // first shard the vocab and masks sections written after it at finish.
   const uint64_t tail = m.shards.size() == 1 ? m.vocab.size() + (m.masks_raw ? m.masks_raw->size() : 0) : 0;
   if (m.opt.shard_max_bytes && !s->dir.empty() &&
       s->data_off + off + payload.size() + tail > m.opt.shard_max_bytes) {
@@ -112,13 +111,11 @@ void Writer::add_tensor(std::string_view name, quant::DType dtype, std::span<con
   ++m.ntensors;
 }
 
-void Writer::set_masks(MaskCatalog masks) {
-  impl_->masks = std::move(masks);
-  impl_->masks_raw.reset();
+void Writer::set_masks(const MaskCatalog& masks, const ModelArch& arch) {
+  impl_->masks_raw = encode_masks(masks, arch);
 }
 void Writer::set_masks_raw(std::vector<uint8_t> section) {
   impl_->masks_raw = std::move(section);
-  impl_->masks.reset();
 }
 void Writer::set_vocab(std::vector<uint8_t> v) {
   impl_->vocab = std::move(v);
@@ -129,14 +126,12 @@ std::vector<std::string> Writer::finish(Header header) {
   if (m.finished) fail(ErrorKind::InvalidArgument, "{}: finish called twice", m.path);
   m.finished = true;
   std::vector<uint8_t> masks_bytes;
-  if (m.masks) {
-    masks_bytes = encode_masks(*m.masks, header.arch);
-  } else if (m.masks_raw) {
+  if (m.masks_raw) {
     masks_bytes = std::move(*m.masks_raw);
     try {
       (void)decode_masks(masks_bytes, header.arch);
     } catch (const Error& e) {
-      fail(ErrorKind::InvalidArgument, "{}: raw masks section does not match the arch: {}", m.path,
+      fail(ErrorKind::InvalidArgument, "{}: masks section does not match the header's arch: {}", m.path,
            e.message());
     }
   }
@@ -218,8 +213,8 @@ std::vector<std::string> write_file(const std::string& path, const Header& heade
                                     WriterOptions opt) {
   if (!opt.expected_tensors) opt.expected_tensors = tensors.size();
   Writer w(path, opt);
-  // vocab first: shard 1's size limit counts it (add_tensor)
-  if (masks) w.set_masks(*masks);
+  // masks and vocab first: shard 1's size limit counts them (add_tensor)
+  if (masks) w.set_masks(*masks, header.arch);
   if (!vocab.empty()) w.set_vocab(std::vector<uint8_t>(vocab.begin(), vocab.end()));
   for (const auto& t : tensors) w.add_tensor(t.name, t.dtype, t.shape, t.payload);
   return w.finish(header);

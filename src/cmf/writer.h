@@ -73,11 +73,13 @@ class Writer {
   /// shape, Error(Parse|Bounds) when the payload does not match its dtype/shape, Error(Io).
   void add_tensor(std::string_view name, quant::DType dtype, std::span<const uint64_t> shape,
                   std::span<const uint8_t> payload);
-  /// Masks to write (encoded at finish() against the header's arch).
-  void set_masks(MaskCatalog masks);
+  /// Masks to write, encoded now against `arch` (which must be the arch of the header given to
+  /// finish(), where the section is checked again). Throws Error(InvalidArgument) if a mask's bit
+  /// shapes disagree with `arch`.
+  void set_masks(const MaskCatalog& masks, const ModelArch& arch);
   /// Raw masks section bytes (e.g. copied from a Reader); validated at finish() against the arch.
   void set_masks_raw(std::vector<uint8_t> section);
-  /// Vocab section bytes (HF tokenizer.json verbatim). Set it (and raw masks) before the first
+  /// Vocab section bytes (HF tokenizer.json verbatim). Set it and the masks before the first
   /// add_tensor when sharding, so shard 1's size limit counts them.
   void set_vocab(std::vector<uint8_t> tokenizer_json);
   /// Number of tensors added so far.
