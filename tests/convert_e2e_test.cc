@@ -887,6 +887,13 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
        "--rope-theta 500000 --rope-scaling "
        "'{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
        "\"original_max_position_embeddings\":8192}'"},
+      // linear and yarn RoPE scaling: {arch}.rope.scaling.type / factor (/ original_context_length)
+      {"linear",
+       "--family llama --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 34 "
+       "--rope-scaling '{\"type\":\"linear\",\"factor\":2.0}'"},
+      {"yarn",
+       "--family qwen2 --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --tied --seed 35 "
+       "--rope-scaling '{\"type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":32}'"},
   };
   // Names of the tensors whose payloads differ between the two outputs; names, order, shapes,
   // dtypes and the arch JSON are EXPECTed equal.
@@ -935,9 +942,21 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       EXPECT_NEAR((*ff)[4], 2.69453, 1e-5);
       EXPECT_EQ((*ff)[5], 8.0);
     }
+    if (f.family == "linear") {  // the scaling reached the arch (the GGUF's must then match it)
+      const auto ff = cortiq::cmf::Reader::open(a.string()).header().arch.rope_freq_factors;
+      ASSERT_TRUE(ff.has_value());
+      EXPECT_EQ(*ff, std::vector<double>(8, 2.0));
+    }
+    if (f.family == "yarn") {
+      const auto y = cortiq::cmf::Reader::open(a.string()).header().arch.yarn;
+      ASSERT_TRUE(y.has_value());
+      EXPECT_EQ(y->factor, 4.0);
+      EXPECT_EQ(y->original_max_position_embeddings, 32u);
+    }
     for (const std::string mode : {"normal", "none", "k-with-n-head"}) {
       SCOPED_TRACE(mode);
-      if (f.family == "llama3" && mode != "normal") continue;  // the permutation checks are llama's
+      // the permutation checks are llama's (and qwen2's, which has none to break)
+      if (f.family != "llama" && f.family != "qwen2" && mode != "normal") continue;
       const fs::path gguf = dir_ / ("go_" + f.family + "_" + mode + ".gguf");
       const fs::path b = dir_ / ("go_" + f.family + "_" + mode + ".cmf");
       log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
@@ -948,7 +967,7 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       ASSERT_EQ(rc, 0) << log;
       auto r = cortiq::cmf::Reader::open(b.string());
       // 9 (+3 biases) a layer, 3 or 2 more; rope_freqs is no tensor of the CMF but the arch's factors
-      EXPECT_EQ(r.tensors().size(), f.family == "qwen2" ? 26u : 21u);
+      EXPECT_EQ(r.tensors().size(), f.family == "qwen2" || f.family == "yarn" ? 26u : 21u);
       const std::set<std::string> differ = compare(a, b);
       std::set<std::string> want;  // the broken permutation shows in exactly the llama Q/K tensors
       if (f.family == "llama" && mode != "normal")

@@ -53,6 +53,39 @@ struct Md {
   }
 };
 
+/// rope_scaling_from_gguf (gguf_model.h) on the metadata of one architecture.
+std::optional<json> rope_scaling_of(const Md& md) {
+  const json* t = md.get(md.key("rope.scaling.type"));
+  if (!t || (t->is_string() && t->get<std::string>() == "none")) {
+    const auto lin = md.num("rope.scale_linear");
+    if (!lin || *lin == 1.0) return std::nullopt;
+    if (!(*lin > 0))
+      fail(ErrorKind::Parse, "GGUF key '{}' = {} must be > 0", md.key("rope.scale_linear"), *lin);
+    return json{{"rope_type", "linear"}, {"factor", *lin}};
+  }
+  const std::string type = t->is_string() ? t->get<std::string>() : t->dump();
+  if (type != "linear" && type != "yarn")
+    fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: RoPE scaling from GGUF input is linear or yarn",
+         md.key("rope.scaling.type"), t->dump());
+  const auto factor = md.num("rope.scaling.factor");
+  if (!factor)
+    fail(ErrorKind::Parse, "GGUF key '{}' is missing ({} RoPE scaling)", md.key("rope.scaling.factor"), type);
+  if (!(*factor > 0))
+    fail(ErrorKind::Parse, "GGUF key '{}' = {} must be > 0", md.key("rope.scaling.factor"), *factor);
+  json rs{{"rope_type", type}, {"factor", *factor}};
+  if (type == "yarn") {
+    if (auto orig = md.uint("rope.scaling.original_context_length"))
+      rs["original_max_position_embeddings"] = *orig;
+    for (const auto& [k, dflt] : {std::pair<std::string_view, double>{"rope.scaling.attn_factor", 1.0},
+                                  {"rope.scaling.yarn_beta_fast", 32.0},
+                                  {"rope.scaling.yarn_beta_slow", 1.0}})
+      if (auto v = md.num(k); v && *v != dflt)
+        fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: only {} (llama.cpp's default) is supported",
+             md.key(k), *v, dflt);
+  }
+  return rs;
+}
+
 /// (GGUF name, HF name) of the per-layer tensors, without the `.weight` / `.bias` suffix.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kLayerNames{{
     {"attn_norm", "input_layernorm"},
@@ -103,10 +136,7 @@ json hf_config_from_gguf(const GgufFile& f) {
          md.key("vocab_size"));
   c["vocab_size"] = vocab;
   c["tie_word_embeddings"] = f.find("output.weight") == nullptr;
-  if (auto* t = md.get(md.key("rope.scaling.type"));
-      t && !(t->is_string() && t->get<std::string>() == "none"))
-    fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: RoPE scaling is not supported from GGUF input",
-         md.key("rope.scaling.type"), t->dump());
+  if (auto rs = rope_scaling_of(md)) c["rope_scaling"] = *rs;
   if (md.get(md.key("attention.sliding_window")))
     fail(ErrorKind::Unsupported, "GGUF key '{}': sliding-window attention is not supported from GGUF input",
          md.key("attention.sliding_window"));
@@ -115,6 +145,10 @@ json hf_config_from_gguf(const GgufFile& f) {
                               std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}})
     if (auto it = m.find(k); it != m.end() && it->is_number_integer()) c[hf] = *it;
   return c;
+}
+
+std::optional<json> rope_scaling_from_gguf(const json& metadata, const std::string& arch) {
+  return rope_scaling_of(Md{metadata, arch});
 }
 
 std::string hf_name_from_gguf(std::string_view g) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,11 +25,22 @@ inline constexpr std::string_view kGgufArchitectures = "llama, qwen2";
 /// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,
 /// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,
 /// max_position_embeddings, vocab_size, tie_word_embeddings (no `output.weight`), bos/eos ids), to
-/// be read by arch_from_hf. Throws Error(Unsupported) naming `general.architecture` for other
-/// architectures and naming the key for features it cannot carry (RoPE scaling other than
-/// llama3's factors tensor, sliding windows); Error(Parse) naming the key when a required one is
-/// missing or not a number.
+/// be read by arch_from_hf, and rope_scaling (rope_scaling_from_gguf). Throws Error(Unsupported)
+/// naming `general.architecture` for other architectures and naming the key for features it cannot
+/// carry (RoPE scaling other than linear, yarn and llama3's factors tensor; sliding windows);
+/// Error(Parse) naming the key when a required one is missing or not a number.
 nlohmann::json hf_config_from_gguf(const GgufFile& f);
+
+/// config.json's `rope_scaling` for the RoPE scaling keys of GGUF `metadata` (architecture `arch`),
+/// as llama.cpp's convert_hf_to_gguf.py writes them from it: `{arch}.rope.scaling.type` "linear" or
+/// "yarn" with `.factor` (and for yarn `.original_context_length`; without it the context length
+/// applies), or the older `{arch}.rope.scale_linear` factor. nullopt without scaling (no type,
+/// "none", a linear factor of 1). Throws Error(Unsupported) naming the key for another type, and
+/// for the yarn keys `attn_factor`, `yarn_beta_fast`, `yarn_beta_slow` unless they hold llama.cpp's
+/// defaults (1, 32, 1): how they map onto HF's attention_factor / beta_* is not pinned down by a
+/// converter we can check against. Throws Error(Parse) naming the key for a missing or non-positive
+/// factor.
+std::optional<nlohmann::json> rope_scaling_from_gguf(const nlohmann::json& metadata, const std::string& arch);
 
 /// The HF tensor name of a GGUF tensor of a llama/qwen2 model: `token_embd.weight` →
 /// `model.embed_tokens.weight`, `blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <tuple>
 
 #include "convert/hf_config.h"
 #include "util/error.h"
@@ -77,6 +78,54 @@ TEST(GgufModel, ConfigOfStories260K) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
     EXPECT_NE(e.message().find("'gpt2'"), std::string::npos) << e.what();
+  }
+}
+
+// RoPE scaling keys as llama.cpp's convert_hf_to_gguf.py writes them (the e2e GGUF oracle test
+// converts both ways and compares the archs); here the refusals, each naming its key.
+TEST(GgufModel, RopeScalingKeys) {
+  using nlohmann::json;
+  EXPECT_FALSE(rope_scaling_from_gguf(json::object(), "llama"));
+  EXPECT_FALSE(rope_scaling_from_gguf({{"llama.rope.scaling.type", "none"}}, "llama"));
+  EXPECT_FALSE(rope_scaling_from_gguf({{"llama.rope.scale_linear", 1.0}}, "llama"));
+  EXPECT_EQ(rope_scaling_from_gguf({{"llama.rope.scale_linear", 4.0}}, "llama"),
+            json({{"rope_type", "linear"}, {"factor", 4.0}}));
+  EXPECT_EQ(rope_scaling_from_gguf(
+                {{"llama.rope.scaling.type", "linear"}, {"llama.rope.scaling.factor", 2.0}}, "llama"),
+            json({{"rope_type", "linear"}, {"factor", 2.0}}));
+  EXPECT_EQ(rope_scaling_from_gguf({{"qwen2.rope.scaling.type", "yarn"},
+                                    {"qwen2.rope.scaling.factor", 4.0},
+                                    {"qwen2.rope.scaling.original_context_length", 32768},
+                                    {"qwen2.rope.scaling.attn_factor", 1.0}},
+                                   "qwen2"),
+            json({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}));
+  const std::vector<std::tuple<json, ErrorKind, std::string>> bad = {
+      {{{"llama.rope.scaling.type", "longrope"}}, ErrorKind::Unsupported, "llama.rope.scaling.type"},
+      {{{"llama.rope.scaling.type", "linear"}}, ErrorKind::Parse, "llama.rope.scaling.factor"},
+      {{{"llama.rope.scaling.type", "linear"}, {"llama.rope.scaling.factor", 0.0}},
+       ErrorKind::Parse,
+       "llama.rope.scaling.factor"},
+      {{{"llama.rope.scale_linear", -2.0}}, ErrorKind::Parse, "llama.rope.scale_linear"},
+      {{{"qwen2.rope.scaling.type", "yarn"},
+        {"qwen2.rope.scaling.factor", 4.0},
+        {"qwen2.rope.scaling.attn_factor", 0.5}},
+       ErrorKind::Unsupported,
+       "qwen2.rope.scaling.attn_factor"},
+      {{{"qwen2.rope.scaling.type", "yarn"},
+        {"qwen2.rope.scaling.factor", 4.0},
+        {"qwen2.rope.scaling.yarn_beta_fast", 16.0}},
+       ErrorKind::Unsupported,
+       "qwen2.rope.scaling.yarn_beta_fast"},
+  };
+  for (const auto& [md, kind, key] : bad) {
+    const std::string arch = md.begin().key().substr(0, md.begin().key().find('.'));
+    try {
+      (void)rope_scaling_from_gguf(md, arch);
+      ADD_FAILURE() << md.dump();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(e.message().find(key), std::string::npos) << e.what();
+    }
   }
 }
 

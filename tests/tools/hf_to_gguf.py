@@ -20,7 +20,9 @@ config.json has them. No tokenizer.ggml.model / tokens (the converter then write
 Tensors: token_embd, output_norm, output (only when the checkpoint has lm_head.weight),
 blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight
 and blk.N.attn_{q,k,v}.bias; for a llama config with rope_scaling.rope_type "llama3", first
-rope_freqs.weight (f32, one factor per rotary pair, as LlamaModel.generate_extra_tensors). For llama the Q rows (and bias) are permuted per head with n_head and
+rope_freqs.weight (f32, one factor per rotary pair, as LlamaModel.generate_extra_tensors); for
+rope_scaling of type linear or yarn, {arch}.rope.scaling.type / factor (and for yarn
+original_context_length), as TextModel.set_gguf_parameters. For llama the Q rows (and bias) are permuted per head with n_head and
 the K rows with n_head_kv, as LlamaModel.permute does: head rows viewed as [2, hd/2] and
 transposed to [hd/2, 2] (HF's rotate-half pairs (j, j + hd/2) become adjacent rows 2j, 2j+1).
 qwen2 is not permuted. With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
@@ -210,6 +212,15 @@ def main():
     for k in ("bos_token_id", "eos_token_id"):
         if isinstance(c.get(k), int):
             w.add(f"tokenizer.ggml.{k}", T_UINT32, c[k])
+    # linear and yarn RoPE scaling as TextModel.set_gguf_parameters writes them
+    rs = c.get("rope_scaling") or {}
+    rope_type = str(rs.get("rope_type", rs.get("type", ""))).lower()
+    if rope_type in ("linear", "yarn") and "factor" in rs:
+        w.add(f"{arch}.rope.scaling.type", T_STRING, rope_type)
+        w.add(f"{arch}.rope.scaling.factor", T_FLOAT32, rs["factor"])
+        if rope_type == "yarn":
+            w.add(f"{arch}.rope.scaling.original_context_length", T_UINT32,
+                  rs["original_max_position_embeddings"])
 
     tensors = []
     rs = c.get("rope_scaling") or {}
