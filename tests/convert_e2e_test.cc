@@ -865,11 +865,12 @@ TEST_F(ConvertE2E, GgufItCannotTakeIsATypedError) {
 // generated HF checkpoint the way llama.cpp's convert_hf_to_gguf.py does (--outtype f32; llama's Q
 // rows permuted with n_head, K rows with n_head_kv; qwen2 unpermuted), and `cortiq convert` of the
 // GGUF gives the same tensors (names, order, shapes, payload bytes) and arch as of the HF folder:
-// llama with GQA (4 heads, 2 KV) and an untied head, qwen2 with Q/K/V biases and a tied head. The
+// llama with GQA (4 heads, 2 KV) and an untied head, qwen2 with Q/K/V biases and a tied head, qwen3
+// with Q/K norms and its own head_dim. The
 // same comparison catches a GGUF whose llama Q/K rows were not permuted, or whose K rows were
 // permuted with n_head instead of n_head_kv (--debug-permute), in exactly those tensors. A llama
 // with Llama 3.1 RoPE scaling gets its factors from the GGUF's rope_freqs tensor.
-TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
+TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen) {
   NEED_PYTHON();
   struct Fam {
     std::string family, gen_args;
@@ -887,6 +888,11 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
        "--rope-theta 500000 --rope-scaling "
        "'{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
        "\"original_max_position_embeddings\":8192}'"},
+      // qwen3: Q/K norms (blk.N.attn_{q,k}_norm), no biases, head_dim given apart from hidden / heads
+      {"qwen3",
+       "--family qwen3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --layers 2 --ffn 96 --vocab 128 "
+       "--tied "
+       "--rope-theta 1000000 --seed 36"},
       // linear and yarn RoPE scaling: {arch}.rope.scaling.type / factor (/ original_context_length)
       {"linear",
        "--family llama --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 34 "
@@ -956,7 +962,7 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
     for (const std::string mode : {"normal", "none", "k-with-n-head"}) {
       SCOPED_TRACE(mode);
       // the permutation checks are llama's (and qwen2's, which has none to break)
-      if (f.family != "llama" && f.family != "qwen2" && mode != "normal") continue;
+      if (f.family != "llama" && f.family != "qwen2" && f.family != "qwen3" && mode != "normal") continue;
       const fs::path gguf = dir_ / ("go_" + f.family + "_" + mode + ".gguf");
       const fs::path b = dir_ / ("go_" + f.family + "_" + mode + ".cmf");
       log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
@@ -967,7 +973,9 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen2) {
       ASSERT_EQ(rc, 0) << log;
       auto r = cortiq::cmf::Reader::open(b.string());
       // 9 (+3 biases) a layer, 3 or 2 more; rope_freqs is no tensor of the CMF but the arch's factors
-      EXPECT_EQ(r.tensors().size(), f.family == "qwen2" || f.family == "yarn" ? 26u : 21u);
+      EXPECT_EQ(r.tensors().size(), f.family == "qwen2" || f.family == "yarn" ? 26u
+                                    : f.family == "qwen3"                     ? 24u
+                                                                              : 21u);
       const std::set<std::string> differ = compare(a, b);
       std::set<std::string> want;  // the broken permutation shows in exactly the llama Q/K tensors
       if (f.family == "llama" && mode != "normal")

@@ -87,7 +87,7 @@ std::optional<json> rope_scaling_of(const Md& md) {
 }
 
 /// (GGUF name, HF name) of the per-layer tensors, without the `.weight` / `.bias` suffix.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kLayerNames{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kLayerNames{{
     {"attn_norm", "input_layernorm"},
     {"attn_q", "self_attn.q_proj"},
     {"attn_k", "self_attn.k_proj"},
@@ -97,6 +97,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kLayerNam
     {"ffn_gate", "mlp.gate_proj"},
     {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},  // qwen3
+    {"attn_k_norm", "self_attn.k_norm"},
 }};
 
 }  // namespace
@@ -107,12 +109,14 @@ json hf_config_from_gguf(const GgufFile& f) {
   if (a == m.end() || !a->is_string())
     fail(ErrorKind::Parse, "GGUF key 'general.architecture' is missing or not a string");
   Md md{m, a->get<std::string>()};
-  if (md.arch != "llama" && md.arch != "qwen2")
+  if (md.arch != "llama" && md.arch != "qwen2" && md.arch != "qwen3")
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
          kGgufArchitectures);
   json c;
   c["model_type"] = md.arch;
-  c["architectures"] = json::array({md.arch == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"});
+  c["architectures"] = json::array({md.arch == "llama"   ? "LlamaForCausalLM"
+                                    : md.arch == "qwen2" ? "Qwen2ForCausalLM"
+                                                         : "Qwen3ForCausalLM"});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
   c["intermediate_size"] = md.need_uint("feed_forward_length");
@@ -171,8 +175,8 @@ std::string hf_name_from_gguf(std::string_view g) {
       }
     }
   }
-  fail(ErrorKind::Unsupported, "GGUF tensor '{}' has no HF counterpart this converter knows (llama, qwen2)",
-       g);
+  fail(ErrorKind::Unsupported, "GGUF tensor '{}' has no HF counterpart this converter knows ({})", g,
+       kGgufArchitectures);
 }
 
 void unpermute_qk_rows(std::span<float> w, uint64_t rows, uint64_t cols, uint32_t heads,

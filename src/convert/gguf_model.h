@@ -20,7 +20,7 @@
 namespace cortiq::convert {
 
 /// GGUF `general.architecture` values convert_gguf takes.
-inline constexpr std::string_view kGgufArchitectures = "llama, qwen2";
+inline constexpr std::string_view kGgufArchitectures = "llama, qwen2, qwen3";
 
 /// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,
 /// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 checkpoint folder the way llama.cpp's
+"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 / qwen3 checkpoint folder the way llama.cpp's
 convert_hf_to_gguf.py does for `--outtype f32` (or `--outtype f16`): an independent oracle for
 `cortiq convert model.gguf`, used by tests/convert_e2e_test.cc on checkpoints written by
 gen_checkpoint.py (config.json + model.safetensors, or sharded with model.safetensors.index.json).
@@ -19,13 +19,13 @@ config.json has them. No tokenizer.ggml.model / tokens (the converter then write
 
 Tensors: token_embd, output_norm, output (only when the checkpoint has lm_head.weight),
 blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight
-and blk.N.attn_{q,k,v}.bias; for a llama config with rope_scaling.rope_type "llama3", first
+and blk.N.attn_{q,k,v}.bias, qwen3's blk.N.attn_{q,k}_norm.weight; for a llama config with rope_scaling.rope_type "llama3", first
 rope_freqs.weight (f32, one factor per rotary pair, as LlamaModel.generate_extra_tensors); for
 rope_scaling of type linear or yarn, {arch}.rope.scaling.type / factor (and for yarn
 original_context_length), as TextModel.set_gguf_parameters. For llama the Q rows (and bias) are permuted per head with n_head and
 the K rows with n_head_kv, as LlamaModel.permute does: head rows viewed as [2, hd/2] and
 transposed to [hd/2, 2] (HF's rotate-half pairs (j, j + hd/2) become adjacent rows 2j, 2j+1).
-qwen2 is not permuted. With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
+qwen2 and qwen3 are not permuted (Qwen2Model, Qwen3Model). With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
 as in llama.cpp.
 
 --debug-permute none|k-with-n-head breaks the llama permutation on purpose (tests prove that
@@ -59,6 +59,8 @@ LAYER_NAMES = [  # HF suffix (after model.layers.N.) -> GGUF suffix (after blk.N
     ("mlp.gate_proj", "ffn_gate"),
     ("mlp.up_proj", "ffn_up"),
     ("mlp.down_proj", "ffn_down"),
+    ("self_attn.q_norm", "attn_q_norm"),  # qwen3
+    ("self_attn.k_norm", "attn_k_norm"),
 ]
 
 
@@ -186,8 +188,8 @@ def main():
     with open(os.path.join(a.model_dir, "config.json")) as f:
         c = json.load(f)
     arch = c.get("model_type")
-    if arch not in ("llama", "qwen2"):
-        sys.exit(f"model_type {arch!r}: only llama and qwen2 are written")
+    if arch not in ("llama", "qwen2", "qwen3"):
+        sys.exit(f"model_type {arch!r}: only llama, qwen2 and qwen3 are written")
     n_head = c["num_attention_heads"]
     n_kv = c.get("num_key_value_heads", n_head)
 
