@@ -609,13 +609,26 @@ TEST_F(CliArgs, SignAndVerifyAShardSet) {
                     s2 = (d / "shs-00002-of-00002.cmf").string();
   ASSERT_TRUE(fs::exists(s1) && fs::exists(s2)) << out;
   const std::string key = (d / "k.key").string();
-  const std::string signed_out = ran("sign " + s1 + " --key " + key);
+  // a --key path that does not exist is refused unless --new-key asks for it (a mistyped path
+  // would otherwise sign with a fresh key and replace good signatures)
+  refused("sign " + s1 + " --key " + key, "does not exist (add --new-key");
+  EXPECT_FALSE(fs::exists(key));
+  EXPECT_FALSE(fs::exists(s1 + ".sig"));
+  const std::string signed_out = ran("sign " + s1 + " --key " + key + " --new-key");
   EXPECT_NE(signed_out.find("created signing key " + key + " (private"), std::string::npos) << signed_out;
   EXPECT_NE(signed_out.find("signed: " + s1 + ".sig\n"), std::string::npos) << signed_out;
   EXPECT_NE(signed_out.find("signed: " + s2 + ".sig\n"), std::string::npos) << signed_out;
   const size_t p = signed_out.find("pubkey: ");
   ASSERT_NE(p, std::string::npos) << signed_out;
   const std::string pub = signed_out.substr(p + 8, 64);
+  // signing again with another key replaces the signatures, and says whose they were
+  const std::string resigned = ran("sign " + s1 + " --key " + (d / "k2.key").string() + " --new-key");
+  EXPECT_NE(
+      resigned.find("note: " + s2 + ".sig was signed by another key (pubkey " + pub + "); it is replaced"),
+      std::string::npos)
+      << resigned;
+  const std::string back = ran("sign " + s1 + " --key " + key);  // the first key's signatures again
+  EXPECT_NE(back.find("pubkey: " + pub), std::string::npos) << back;
   std::string v = ran("verify " + s1 + " --pubkey " + pub);
   EXPECT_NE(v.find("all 2 shards"), std::string::npos) << v;
   EXPECT_NE(v.find("\nOK\n"), std::string::npos) << v;

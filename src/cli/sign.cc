@@ -16,6 +16,7 @@ namespace {
 struct SignOpts {
   std::string file;
   std::string key = "cortiq-signing.key";
+  bool new_key = false;
 };
 
 void setup_sign(CLI::App& root) {
@@ -23,10 +24,12 @@ void setup_sign(CLI::App& root) {
   auto* c =
       root.add_subcommand("sign", "Write <file>.sig (Ed25519 over the file's SHA-256; every shard of a set)");
   c->add_option("file", o->file, "model .cmf (a shard's name signs every file of the set)")->required();
-  c->add_option("--key", o->key,
-                "key file: 64 hex chars (32-byte seed); created from OS randomness if missing")
-      ->capture_default_str();
-  c->callback([o] {
+  auto* key = c->add_option("--key", o->key,
+                            "key file: 64 hex chars (32-byte seed); the default one is created from OS "
+                            "randomness if missing, a --key path only with --new-key")
+                  ->capture_default_str();
+  c->add_flag("--new-key", o->new_key, "create the --key file from OS randomness if it does not exist");
+  c->callback([o, key] {
     // a CMF file (its typed error otherwise), not any file; a shard's name opens the whole set
     // (a missing shard is an error), and every file of it is signed: a signature covers one file
     std::vector<std::string> files;
@@ -36,6 +39,11 @@ void setup_sign(CLI::App& root) {
     }
     std::error_code ec;
     const bool created = !std::filesystem::exists(o->key, ec);
+    // a mistyped --key must not sign with a fresh, unrelated key (replacing a good .sig)
+    if (created && key->count() > 0 && !o->new_key)
+      throw CLI::ValidationError(
+          "--key",
+          "key file " + o->key + " does not exist (add --new-key to create a new signing key there)");
     const auto seed = cmf::load_or_create_signing_key(o->key);
     if (created)  // a new private key in the working folder should not go unnoticed
       std::fprintf(stderr,
@@ -43,8 +51,12 @@ void setup_sign(CLI::App& root) {
                    o->key.c_str());
     std::string pub;
     for (const auto& f : files) {
+      const cmf::SignatureCheck before = cmf::check_signature(f);
       pub = cmf::sign_file(f, seed);
       std::printf("signed: %s.sig\n", f.c_str());
+      if (before.present && !before.pubkey.empty() && before.pubkey != pub)
+        std::fprintf(stderr, "note: %s.sig was signed by another key (pubkey %s); it is replaced\n",
+                     f.c_str(), before.pubkey.c_str());
     }
     std::printf("pubkey: %s\n", pub.c_str());
   });
