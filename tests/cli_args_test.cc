@@ -162,6 +162,11 @@ TEST_F(CliArgs, TemplateOfACmfKnowsBosAndEos) {
   const std::string from_dir = ran("template " + d.string() + " --messages " + msgs.string());
   EXPECT_EQ(from_dir, "<s>[INST] hi [/INST] yo</s><s>[INST] ok [/INST]");
   EXPECT_EQ(ran("template " + cmf + " --messages " + msgs.string()), from_dir);
+  // tools are a list, as transformers' apply_chat_template takes them: an object is refused, not dropped
+  const fs::path tools = dir_ / "bos_tools.json";
+  std::ofstream(tools) << R"({"type":"function"})";
+  refused("template " + cmf + " --messages " + msgs.string() + " --tools " + tools.string(),
+          tools.string() + ": \"tools\" must be a JSON array of tool schemas, not object");
 }
 
 // A repeatable flag takes one value per use, so the model path after it stays the positional (CLI11

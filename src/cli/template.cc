@@ -90,6 +90,10 @@ void run(const TemplateArgs& a) {
   }
   if (!req.messages.is_array()) fail(ErrorKind::Parse, "{}: \"messages\" must be an array", a.messages);
   if (!a.tools.empty()) req.tools = read_json(a.tools);
+  // transformers' apply_chat_template takes tools as a list; anything else is refused, not dropped
+  if (!req.tools.is_null() && !req.tools.is_array())
+    fail(ErrorKind::Parse, "{}: \"tools\" must be a JSON array of tool schemas, not {}",
+         a.tools.empty() ? a.messages : a.tools, req.tools.type_name());
   req.add_generation_prompt = !a.no_generation_prompt;
   if (a.no_think) req.enable_thinking = false;
 

@@ -32,7 +32,8 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::ordered_json& c
   std::string source;
   if (it->is_string()) {
     if (!name.empty() && name != "default")
-      fail(ErrorKind::Parse, "tokenizer_config.chat_template: a single template has no '{}' variant", name);
+      fail(ErrorKind::Parse,
+           "tokenizer_config.chat_template: a single template has no '{}' variant (only 'default')", name);
     source = it->get<std::string>();
   } else if (it->is_array()) {
     std::string want(name);
@@ -43,15 +44,20 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::ordered_json& c
     };
     if (want.empty()) want = (with_tools && has("tool_use")) ? "tool_use" : "default";
     bool found = false;
+    std::string names;  // for the error: the names there are
     for (auto& t : *it) {
       if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["template"].is_string())
         fail(ErrorKind::Parse, "tokenizer_config.chat_template[]: entries must be {{name, template}}");
+      names += (names.empty() ? "'" : ", '") +
+               (t["name"].is_string() ? t["name"].get<std::string>() : t["name"].dump()) + "'";
       if (t["name"] == want) {
         source = t["template"].get<std::string>();
         found = true;
       }
     }
-    if (!found) fail(ErrorKind::Parse, "tokenizer_config.chat_template: no template named '{}'", want);
+    if (!found)
+      fail(ErrorKind::Parse, "tokenizer_config.chat_template: no template named '{}' (it has {})", want,
+           names.empty() ? "none" : names);
   } else {
     fail(ErrorKind::Parse,
          "tokenizer_config.chat_template: expected a string or a list of {{name, template}}");

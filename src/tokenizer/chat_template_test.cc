@@ -206,7 +206,13 @@ TEST(ChatTemplate, TokenizerConfigVariants) {
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(cfg).apply({}), "D<s></s>");
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(cfg, "", true).apply({}), "T");
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(cfg, "tool_use").apply({}), "T");
-  EXPECT_THROW(ChatTemplate::from_tokenizer_config(cfg, "nope"), Error);
+  try {  // a wrong name is told the names there are
+    (void)ChatTemplate::from_tokenizer_config(cfg, "nope");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("no template named 'nope' (it has 'default', 'tool_use')"), std::string::npos)
+        << e.message();
+  }
   EXPECT_THROW(ChatTemplate::from_tokenizer_config(ordered_json::parse(R"({"bos_token":"<s>"})")), Error);
 }
 
