@@ -224,6 +224,11 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
       << out;
   EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
+  refused("ppl " + model_ + " -f " + text.string() + " --tokens 100",
+          "chunked mode takes --ctx and --chunks");
+  // the chunk length's floor is told at parse time, for 0 as for a negative value
+  refused("ppl " + model_ + " -f " + text.string() + " -c 0", "--ctx: must be ≥ 4, got 0");
+  refused("ppl " + model_ + " -f " + text.string() + " -c -3", "--ctx: must be ≥ 4, got -3");
   refused("ppl " + model_ + " -f " + dir_.string(), "it is a folder");
 }
 

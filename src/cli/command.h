@@ -58,6 +58,8 @@ void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which = 
 /// the option's own conversion, which reports it.
 CLI::Validator non_negative();
 CLI::Validator positive();
+/// value ≥ lo ("must be ≥ 4, got 0"; ppl's --ctx).
+CLI::Validator at_least(double lo);
 /// lo ≤ value ≤ hi ("must be in [0, 1], got 5").
 CLI::Validator in_range(double lo, double hi);
 /// A count that may also be -1, which means `minus_one` ("must be ≥ 0 or -1 (all chunks), got -5";

@@ -94,6 +94,15 @@ CLI::Validator positive_or_minus_one(const std::string& minus_one) {
       "", "N_OR_MINUS_1");
 }
 
+CLI::Validator at_least(double lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        const auto v = number_of(s);
+        return v && !(*v >= lo) ? fmt::format("must be ≥ {}, got {}", lo, s) : std::string();
+      },
+      "", "AT_LEAST");
+}
+
 CLI::Validator in_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {

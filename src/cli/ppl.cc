@@ -44,6 +44,9 @@ void ppl_cmd(const PplArgs& a) {
          "--ctx sets the chunk length of chunked mode; prefix mode takes --tokens");
   if (a.mode == "prefix" && a.chunks >= 0)
     fail(ErrorKind::InvalidArgument, "--chunks applies to chunked mode; prefix mode takes --tokens");
+  if (a.mode == "chunked" && a.tokens_given)
+    fail(ErrorKind::InvalidArgument,
+         "--tokens applies to prefix mode (--mode prefix); chunked mode takes --ctx and --chunks");
   runtime::LoadOptions lo = a.load;
   lo.ctx = a.mode == "prefix" ? 0 : a.ctx;  // prefix: the model's context, --tokens checked below
   runtime::LoadedModel lm = runtime::load_model(a.model, lo);
@@ -104,7 +107,8 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file")->required();
-  c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512)")
+  c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512; at least 4)")
+      ->check(at_least(4))
       ->each([a](const std::string&) { a->ctx_given = true; });
   c->add_option("--chunks", a->chunks, "score at most the first N chunks (chunked mode; -1 = all)")
       ->check(positive_or_minus_one("all chunks"));
