@@ -18,6 +18,7 @@ struct ConvertArgs {
   double mean_bits = 4.25, shard_max_gb = 0;
   unsigned threads = 0;
   bool allow_nonfinite = false;
+  bool mean_bits_given = false;
 };
 
 void convert_cmd(const ConvertArgs& a) {
@@ -31,9 +32,7 @@ void convert_cmd(const ConvertArgs& a) {
   refuse_overwriting_input(o.model_dir, o.output, "convert");
   o.plan.base = convert::parse_quant(a.quant);
   for (const auto& r : a.rules) o.plan.rules.push_back(convert::parse_quant_rule(r));
-  if (!std::isfinite(a.mean_bits) || a.mean_bits < 3 || a.mean_bits > 8)
-    fail(ErrorKind::InvalidArgument, "--mean-bits {} must be in 3..8", a.mean_bits);
-  o.plan.mean_bits = static_cast<float>(a.mean_bits);
+  if (a.mean_bits_given) o.plan.set_mean_bits(a.mean_bits);
   if (!std::isfinite(a.shard_max_gb) || a.shard_max_gb < 0)
     fail(ErrorKind::InvalidArgument, "--shard-max-gb {} must be >= 0", a.shard_max_gb);
   o.shard_max_bytes = static_cast<uint64_t>(std::llround(a.shard_max_gb * 1e9));
@@ -60,7 +59,8 @@ void setup(CLI::App& root) {
   c->add_option("--quant-rule", a->rules,
                 "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')")
       ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
-  c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
+  c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25; 3..8, vbit only)")
+      ->each([a](const std::string&) { a->mean_bits_given = true; });
   c->add_option("--shard-max-gb", a->shard_max_gb,
                 "split the output into files of at most N GB (10^9 bytes) each, the 1 MiB header gap "
                 "included; a tensor larger than that gets a file of its own");

@@ -17,6 +17,7 @@ struct RequantArgs {
   double mean_bits = 4.25;
   unsigned threads = 0;
   bool allow_nonfinite = false;
+  bool mean_bits_given = false;
 };
 
 void requant_cmd(const RequantArgs& a) {
@@ -26,9 +27,7 @@ void requant_cmd(const RequantArgs& a) {
   o.output = a.output;
   o.plan.base = convert::parse_quant(a.quant);
   for (const auto& r : a.rules) o.plan.rules.push_back(convert::parse_quant_rule(r));
-  if (!std::isfinite(a.mean_bits) || a.mean_bits < 3 || a.mean_bits > 8)
-    fail(ErrorKind::InvalidArgument, "--mean-bits {} must be in 3..8", a.mean_bits);
-  o.plan.mean_bits = static_cast<float>(a.mean_bits);
+  if (a.mean_bits_given) o.plan.set_mean_bits(a.mean_bits);
   o.threads = a.threads;
   o.allow_nonfinite = a.allow_nonfinite;
   auto r = convert::requant_file(o);
@@ -45,7 +44,8 @@ void setup(CLI::App& root) {
       ->required();
   c->add_option("--quant-rule", a->rules, "GLOB=DTYPE, repeatable, first match wins")
       ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
-  c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25)");
+  c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25; 3..8, vbit only)")
+      ->each([a](const std::string&) { a->mean_bits_given = true; });
   c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite, "keep NaN/Inf in tensors stored as f32/f16/bf16");
   c->callback([a] { requant_cmd(*a); });

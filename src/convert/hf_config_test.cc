@@ -319,6 +319,20 @@ TEST(QuantPlan, SpellingsRulesAndPolicy) {
   p.rules.insert(p.rules.begin(), parse_quant_rule("*down_proj*=q4t"));
   EXPECT_EQ(decide(p, "model.layers.0.mlp.down_proj.weight", odd, false).dtype, quant::DType::Q8_2F);
   EXPECT_EQ(decide(p, "model.layers.0.mlp.down_proj.weight", m, false).dtype, quant::DType::Q4Tiled);
+  // --mean-bits steers vbit only: refused on a plan without it, taken once a rule stores vbit
+  EXPECT_FALSE(p.uses_vbit());
+  try {
+    p.set_mean_bits(3.5);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("--mean-bits applies to vbit"), std::string::npos) << e.message();
+  }
+  p.rules.push_back(parse_quant_rule("*.mlp.*=vbit"));
+  EXPECT_TRUE(p.uses_vbit());
+  p.set_mean_bits(3.5);
+  EXPECT_EQ(p.mean_bits, 3.5f);
+  EXPECT_THROW(p.set_mean_bits(9), Error);
+  p.rules.pop_back();
   // q4_block and q8 do not need in % 32.
   QuantPlan q4;
   q4.base = parse_quant("q4");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -139,6 +140,26 @@ bool glob_match(std::string_view p, std::string_view n) noexcept {
   }
   while (pi < p.size() && p[pi] == '*') ++pi;
   return pi == p.size();
+}
+
+bool QuantPlan::uses_vbit() const noexcept {
+  auto vbit = [](const QuantChoice& c) {
+    return c.dtype == quant::DType::VBit || c.dtype == quant::DType::VBitRo;
+  };
+  if (vbit(base)) return true;
+  for (const auto& r : rules)
+    if (vbit(r.choice)) return true;
+  return false;
+}
+
+void QuantPlan::set_mean_bits(double v) {
+  if (!std::isfinite(v) || v < 3 || v > 8)
+    fail(ErrorKind::InvalidArgument, "--mean-bits {} must be in 3..8", v);
+  if (!uses_vbit())
+    fail(ErrorKind::InvalidArgument,
+         "--mean-bits applies to vbit: give --quant vbit or a --quant-rule to vbit (the plan is {})",
+         base.name);
+  mean_bits = static_cast<float>(v);
 }
 
 nlohmann::json QuantPlan::to_json() const {

@@ -62,6 +62,12 @@ struct QuantPlan {
   QuantChoice base;
   std::vector<QuantRule> rules;
   float mean_bits = 4.25f;  ///< vbit target (clamped 3..8 by the encoder)
+  /// Whether the base choice or a rule stores tensors as vbit (vbit_ro), the only dtype mean_bits
+  /// steers.
+  bool uses_vbit() const noexcept;
+  /// `--mean-bits v`: throws Error(InvalidArgument) unless 3 ≤ v ≤ 8 and the plan uses vbit (the
+  /// flag would otherwise be silently ignored).
+  void set_mean_bits(double v);
   /// The plan as recorded in `provenance.plan`: {"quant", "rules", "mean_bits"?}.
   nlohmann::json to_json() const;
 };
