@@ -48,7 +48,7 @@ void bench_cmd(const BenchArgs& a) {
   // The JSON file is created before the run, so an unwritable path fails now, not after minutes of
   // measuring; it is committed after the table is printed.
   std::optional<AtomicFile> json_file;
-  if (!a.json_file.empty()) json_file.emplace(a.json_file);
+  if (!a.json_file.empty()) json_file.emplace(a.json_file, "bench.json");
   const auto r = runtime::bench::run_bench(a.model, o, prog);
   if (a.json) {
     std::printf("%s\n", runtime::bench::to_json(r).dump(2).c_str());

@@ -61,14 +61,19 @@ void remove_temporaries_on_signals() {
   }
 }
 
-AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
+AtomicFile::AtomicFile(std::string final_path, std::string_view example_name)
+    : final_path_(std::move(final_path)) {
   // A folder (or a name ending in '/') would only fail at the rename, after all the work: say so now.
   std::error_code ec;
-  if (final_path_.empty() || final_path_.back() == '/' || std::filesystem::is_directory(final_path_, ec))
-    fail(ErrorKind::InvalidArgument, "output '{}' is a folder: give a file name (e.g. {}/model.cmf)",
-         final_path_,
-         final_path_.empty() ? std::string(".")
-                             : std::filesystem::path(final_path_).lexically_normal().string());
+  const bool folder = std::filesystem::is_directory(final_path_, ec);
+  if (final_path_.empty() || final_path_.back() == '/' || folder) {
+    std::filesystem::path dir =
+        std::filesystem::path(final_path_.empty() ? "." : final_path_).lexically_normal();
+    if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();  // "out/" → "out"
+    fail(ErrorKind::InvalidArgument, "output '{}' {}: give a file name (e.g. {})", final_path_,
+         folder || final_path_.empty() ? "is a folder" : "ends in '/'",
+         (dir / std::string(example_name)).string());
+  }
   temp_path_ = final_path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0)

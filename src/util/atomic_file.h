@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace cortiq {
 
@@ -12,10 +13,11 @@ namespace cortiq {
 /// If destroyed without `commit()` (an exception, an early return) the temporary is removed and
 /// the final path is untouched. Supports sequential writes and positional patches (`pwrite`).
 /// Every method throws Error(Io) naming the path on failure; the constructor throws
-/// Error(InvalidArgument) when `final_path` is a folder or ends in '/'.
+/// Error(InvalidArgument) when `final_path` is a folder or ends in '/', suggesting
+/// `<folder>/<example_name>` instead.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string final_path);
+  explicit AtomicFile(std::string final_path, std::string_view example_name = "model.cmf");
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

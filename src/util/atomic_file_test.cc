@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "util/error.h"
 
@@ -73,13 +75,27 @@ TEST(AtomicFile, SignalRemovesTheTemporary) {
 // the final rename, after a whole conversion).
 TEST(AtomicFile, RefusesAFolderAsOutput) {
   const fs::path d = scratch("x").parent_path();
-  for (const std::string& bad : {d.string(), d.string() + "/", (d / "new").string() + "/"}) try {
+  // (output, what it is, the suggested file): one '/' before the name, the caller's example name
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {d.string(), "is a folder", (d / "model.cmf").string()},
+      {d.string() + "/", "is a folder", (d / "model.cmf").string()},
+      {(d / "new").string() + "/", "ends in '/'", (d / "new" / "model.cmf").string()},
+  };
+  for (const auto& [bad, what, example] : cases) try {
       AtomicFile f(bad);
       ADD_FAILURE() << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
-      EXPECT_NE(e.message().find("is a folder"), std::string::npos) << e.what();
+      EXPECT_NE(e.message().find("'" + bad + "' " + what + ": give a file name (e.g. " + example + ")"),
+                std::string::npos)
+          << e.what();
     }
+  try {
+    AtomicFile f(d.string() + "/", "bench.json");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("(e.g. " + (d / "bench.json").string() + ")"), std::string::npos) << e.what();
+  }
   EXPECT_TRUE(fs::is_empty(d));  // no temporary left behind
   fs::remove_all(d);
 }
