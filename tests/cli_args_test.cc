@@ -184,6 +184,12 @@ TEST_F(CliArgs, TokenizeEmptyText) {
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only"), "[1]\n");
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only --no-special"), "[]\n");
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
+  // -f - reads standard input, as template --messages - does
+  const fs::path text = dir_ / "tok_stdin.txt";
+  std::ofstream(text) << "Once upon a time";
+  const std::string from_file = ran("tokenize " + model_ + " -f " + text.string() + " --ids-only");
+  EXPECT_EQ(from_file, ran("tokenize " + model_ + " --text 'Once upon a time' --ids-only"));
+  EXPECT_EQ(ran("tokenize " + model_ + " -f - --ids-only < " + text.string()), from_file);
 }
 
 // `tokenize` shows a byte-fallback token by its byte (HF's <0xE6> piece, id 233 in the stories

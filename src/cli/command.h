@@ -30,6 +30,10 @@ int register_command(Command c);
 /// that folder (.safetensors, .json, .jinja, .model, .bin, .gguf) is refused the same way.
 void refuse_overwriting_input(const std::string& input, const std::string& output, const char* command);
 
+/// The bytes of input file `path` (cortiq::read_file: Error(Io) naming a missing file or a folder);
+/// "-" reads standard input to its end (template --messages, tokenize -f).
+std::string read_input(const std::string& path);
+
 /// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,
 /// bench); a bit set for add_load_flags.
 enum LoadFlag : unsigned {

@@ -1,11 +1,14 @@
 // refuse_overwriting_input (cli/command.h): the check convert, requant and compact make before writing.
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -51,6 +54,13 @@ void refuse_overwriting_input(const std::string& input, const std::string& outpu
            "-o {} is the input file {}: {} would replace its own source; write to another path (and "
            "rename it afterwards if that is what you want)",
            output, src, command);
+}
+
+std::string read_input(const std::string& path) {
+  if (path != "-") return cortiq::read_file(path);
+  std::stringstream ss;
+  ss << std::cin.rdbuf();
+  return ss.str();
 }
 
 }  // namespace cortiq::cli

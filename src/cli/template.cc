@@ -3,8 +3,6 @@
 // apply_chat_template would (src/tokenizer/chat_template.h).
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
-#include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
@@ -24,14 +22,6 @@ struct TemplateArgs {
   bool no_generation_prompt = false;
   bool no_think = false;
 };
-
-/// The bytes of file `path` (cortiq::read_file); "-" reads standard input.
-std::string read_input(const std::string& path) {
-  if (path != "-") return cortiq::read_file(path);
-  std::stringstream ss;
-  ss << std::cin.rdbuf();
-  return ss.str();
-}
 
 nlohmann::ordered_json read_json(const std::string& path) {
   try {

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "cli/command.h"
 #include "cmf/reader.h"
@@ -70,14 +69,6 @@ struct TokenizeArgs {
   bool no_special = false;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(ErrorKind::Io, "cannot open {}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 /// Whether the file starts with the 4 bytes `magic`.
 bool has_magic(const std::string& path, const char (&magic)[5]) {
   std::ifstream f(path, std::ios::binary);
@@ -90,7 +81,7 @@ bool is_cmf(const std::string& path) {
 }
 
 void run(const TokenizeArgs& a) {
-  std::string input = a.file.empty() ? a.text : slurp(a.file);
+  std::string input = a.file.empty() ? a.text : read_input(a.file);
   std::unique_ptr<Tokenizer> tok;
   namespace fs = std::filesystem;
   if (fs::is_directory(a.model)) {  // an HF folder: its tokenizer.json
@@ -133,7 +124,7 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("tokenize", "Tokenize text with a model's tokenizer (HF tokenizers parity)");
   c->add_option("model", a->model, "model.cmf, tokenizer.json or a Hugging Face folder")->required();
   auto* t = c->add_option("--text", a->text, "text to tokenize");
-  auto* f = c->add_option("-f,--file", a->file, "file whose bytes are tokenized");
+  auto* f = c->add_option("-f,--file", a->file, "file whose bytes are tokenized (- = standard input)");
   t->excludes(f);
   c->add_flag("--ids-only", a->ids_only, "print only the id list, e.g. [1, 2, 3]");
   c->add_flag("--no-special", a->no_special, "do not add BOS/EOS (add_special_tokens=false)");
