@@ -80,7 +80,7 @@ TEST_F(CliArgs, NegativeCountsAreRefused) {
   refused("bench " + model_ + " -p -1 -n 4 -r 1 -t 1", "--n-prompt: must be ≥ 0, got -1");
   refused("ppl " + model_ + " -f README.md --chunks 0", "--chunks: must be ≥ 1 or -1 (all chunks), got 0");
   refused("ppl " + model_ + " -f README.md --chunks -2", "--chunks: must be ≥ 1 or -1 (all chunks), got -2");
-  refused("bench " + model_ + " -p 4 -n 4 -r 1 -t 1,-2", "--threads: must be ≥ 0, got -2");
+  refused("bench " + model_ + " -p 4 -n 4 -r 1 -t 1,-2", "-t/--threads '1,-2': entry '-2' is not a count");
   refused("run " + model_ + " -p x --threads -1", "--threads: must be ≥ 0, got -1");
   refused("serve " + model_ + " --parallel -3", "--parallel: must be ≥ 0, got -3");
 }
@@ -140,6 +140,9 @@ TEST_F(CliArgs, BenchJsonFileIsCheckedBeforeTheRun) {
   const auto j = nlohmann::json::parse(f);
   ASSERT_TRUE(j.is_array());
   EXPECT_EQ(j.size(), 2u);  // pp4 and tg2
+  // an empty entry of a count list is a typo, refused before the run (CLI11's split dropped it)
+  refused("bench " + model_ + " -p 4 -n 2 -r 1 -t 1,,2", "-t/--threads '1,,2': entry '' is not a count");
+  refused("bench " + model_ + " -p 4 -n 2 -r 1 --parallel 1,x", "--parallel '1,x': entry 'x' is not a count");
 }
 
 // `template FILE.cmf` gives the template bos_token / eos_token as the checkpoint folder does (the
@@ -184,6 +187,8 @@ TEST_F(CliArgs, TokenizeEmptyText) {
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only"), "[1]\n");
   EXPECT_EQ(ran("tokenize " + model_ + " --text '' --ids-only --no-special"), "[]\n");
   refused("tokenize " + model_ + " --ids-only", "give --text or -f/--file");
+  refused("tokenize " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K/tokenizer_config.json --text x",
+          "holds the chat template and special-token settings, not the vocabulary: give the tokenizer.json");
   // -f - reads standard input, as template --messages - does
   const fs::path text = dir_ / "tok_stdin.txt";
   std::ofstream(text) << "Once upon a time";

@@ -805,6 +805,18 @@ TEST_F(ConvertE2E, GgufConvertsToTheHfCheckpointsTensors) {
   ASSERT_EQ(rc, 0) << log;
   log = cli("convert " + gguf.string() + " --quant f32 -o " + b.string(), &rc);
   ASSERT_EQ(rc, 0) << log;
+  // the folder of GGUF files is pointed at one of them; a vocab-only GGUF is told to hold no model
+  log =
+      cli("convert " + gguf.parent_path().string() + " --quant f32 -o " + (dir_ / "g_dir.cmf").string(), &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("it holds GGUF files: give one of them (e.g. " + gguf.parent_path().string() + "/"),
+            std::string::npos)
+      << log;
+  log = cli("convert " + (shared / "models/ggml-vocab/ggml-vocab-llama-spm.gguf").string() + " -o " +
+                (dir_ / "g_vocab.cmf").string(),
+            &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("it has no tensors at all: a vocab-only GGUF holds no model"), std::string::npos) << log;
   auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
   ASSERT_EQ(ra.tensors().size(), 47u);
   ASSERT_EQ(rb.tensors().size(), ra.tensors().size());

@@ -3,6 +3,7 @@
 // table / JSON goes to stdout; notes and --progress lines go to stderr.
 #include "runtime/bench.h"
 
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -19,21 +20,38 @@ namespace {
 struct BenchArgs {
   std::string model, json_file;
   size_t n_prompt = 512, n_gen = 128, reps = 5;
-  std::vector<size_t> threads{1, 2};
-  std::vector<size_t> parallel{1};
+  std::string threads_list = "1,2", parallel_list = "1";
   uint64_t seed = 42;
   double bw_mib = 0;
   bool json = false, progress = false;
   runtime::LoadOptions load;  ///< only --exact and --no-mmap (threads come from -t, a list)
 };
 
+/// "1,2,4" → {1, 2, 4}: every entry a decimal count. Throws Error(InvalidArgument) naming `flag` for
+/// an empty entry or one that is not a number.
+std::vector<size_t> count_list(const std::string& list, const char* flag) {
+  std::vector<size_t> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string e = list.substr(pos, comma - pos);
+    size_t v = 0;
+    const auto r = std::from_chars(e.data(), e.data() + e.size(), v);
+    if (e.empty() || r.ec != std::errc() || r.ptr != e.data() + e.size())
+      fail(ErrorKind::InvalidArgument, "{} '{}': entry '{}' is not a count (give e.g. 1,2)", flag, list, e);
+    out.push_back(v);
+    if (comma == list.size()) return out;
+    pos = comma + 1;
+  }
+}
+
 void bench_cmd(const BenchArgs& a) {
   runtime::bench::BenchOptions o;
   o.n_prompt = a.n_prompt;
   o.n_gen = a.n_gen;
   o.reps = a.reps;
-  o.threads = a.threads;
-  o.parallel = a.parallel;
+  o.threads = count_list(a.threads_list, "-t/--threads");
+  o.parallel = count_list(a.parallel_list, "--parallel");
   o.seed = a.seed;
   o.exact = a.load.exact;
   o.no_mmap = a.load.no_mmap;
@@ -71,11 +89,12 @@ void setup(CLI::App& root) {
   c->add_option("-p,--n-prompt", a->n_prompt, "prefill test size in tokens, one batch (512; 0 = skip)");
   c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");
   c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(positive());
-  c->add_option("-t,--threads", a->threads, "comma-separated thread counts (1,2)")->delimiter(',');
-  c->add_option("--parallel", a->parallel,
+  // lists are split here: CLI11's delimiter split drops an empty entry ("1,,2"), a typo rather than
+  // a list of two
+  c->add_option("-t,--threads", a->threads_list, "comma-separated thread counts (1,2)");
+  c->add_option("--parallel", a->parallel_list,
                 "comma-separated decode sequence counts (1): B > 1 decodes B sequences per step in one "
-                "batched pass, as serve --parallel does; test tg<n>x<B>, aggregate t/s")
-      ->delimiter(',');
+                "batched pass, as serve --parallel does; test tg<n>x<B>, aggregate t/s");
   c->add_option("--seed", a->seed, "token-id RNG seed (42)");
   c->add_option("--bw-mib", a->bw_mib,
                 "bandwidth read-buffer size in MiB (default 2 x LLC within [256, 1024])");

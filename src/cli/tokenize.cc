@@ -99,6 +99,11 @@ void run(const TokenizeArgs& a) {
          "'{}' is a GGUF file: tokenize takes a .cmf or a tokenizer.json (convert it first: `cortiq "
          "convert FILE.gguf -o out.cmf`)",
          a.model);
+  } else if (fs::path(a.model).filename() == "tokenizer_config.json") {
+    fail(ErrorKind::InvalidArgument,
+         "'{}' holds the chat template and special-token settings, not the vocabulary: give the "
+         "tokenizer.json beside it, or the folder",
+         a.model);
   } else {
     tok = std::make_unique<Tokenizer>(Tokenizer::from_file(a.model));
   }

@@ -284,7 +284,9 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
                    [](const Src& a, const Src& b) { return write_order_less(a.name, b.name); });
   const auto embed = std::find_if(srcs.begin(), srcs.end(),
                                   [](const Src& s) { return s.name == "model.embed_tokens.weight"; });
-  if (embed == srcs.end()) fail(ErrorKind::Parse, "GGUF '{}' has no 'token_embd.weight'", opt.model_dir);
+  if (embed == srcs.end())
+    fail(ErrorKind::Parse, "GGUF '{}' has no 'token_embd.weight'{}", opt.model_dir,
+         g.tensors().empty() ? " (it has no tensors at all: a vocab-only GGUF holds no model)" : "");
   if (embed->t->shape != std::vector<uint64_t>{arch.vocab_size, arch.hidden_size})
     fail(ErrorKind::Parse,
          "GGUF tensor 'token_embd.weight' has shape [{}], the metadata says [vocab {}, hidden {}]",

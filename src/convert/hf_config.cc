@@ -212,7 +212,15 @@ HfFiles read_hf_files(const std::string& dir) {
     fail(ErrorKind::Io, "model directory '{}' does not exist", dir);
   }
   const fs::path d(dir);
-  if (!fs::exists(d / "config.json", ec)) fail(ErrorKind::Io, "no config.json in '{}'", dir);
+  if (!fs::exists(d / "config.json", ec)) {
+    // a folder of GGUF files: the file is the input, not the folder
+    std::string gguf;
+    for (const auto& e : fs::directory_iterator(d, ec))
+      if (e.path().extension() == ".gguf" && (gguf.empty() || e.path().string() < gguf))
+        gguf = e.path().string();
+    fail(ErrorKind::Io, "no config.json in '{}'{}", dir,
+         gguf.empty() ? std::string() : "; it holds GGUF files: give one of them (e.g. " + gguf + ")");
+  }
   f.config = read_json_file((d / "config.json").string());
   if (!f.config.is_object())
     fail(ErrorKind::Parse, "'{}' is not a JSON object", (d / "config.json").string());
