@@ -241,6 +241,9 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
   refused("ppl " + model_ + " -f " + text.string() + " -c 0", "--ctx: must be ≥ 4, got 0");
   refused("ppl " + model_ + " -f " + text.string() + " -c -3", "--ctx: must be ≥ 4, got -3");
   refused("ppl " + model_ + " -f " + dir_.string(), "it is a folder");
+  const fs::path bin = dir_ / "ppl_bin.txt";
+  std::ofstream(bin, std::ios::binary) << "ok \xff\xfe more";
+  refused("ppl " + model_ + " -f " + bin.string(), "is not UTF-8 text: byte 3 (0xFF) starts no valid sequence");
 }
 
 // A prompt longer than the context: the hint offers --ctx only while the model allows more, and
@@ -436,8 +439,9 @@ TEST_F(CliArgs, IntegerTaskHintsAtThreads) {
   const std::string hint = "(-t/--task selects a task mask; the thread count is --threads)";
   refused("run " + model_ + " -t 2 -p hi -n 1",
           "unknown task '2': this file has no task masks (available: general, off) " + hint);
-  refused("ppl " + model_ + " -f " + model_ + " -t 4", "unknown task '4'");
-  refused("ppl " + model_ + " -f " + model_ + " -t 4", hint);
+  const std::string text = std::string(CORTIQ_SOURCE_DIR) + "/README.md";
+  refused("ppl " + model_ + " -f " + text + " -t 4", "unknown task '4'");
+  refused("ppl " + model_ + " -f " + text + " -t 4", hint);
   int rc = 0;
   const std::string out = cli("run " + model_ + " -t nope -p hi -n 1", rc);
   EXPECT_NE(rc, 0);

@@ -55,7 +55,8 @@ void setup(CLI::App& root) {
   c->add_option("-o,--output", a->output, "output .cmf path");
   c->add_option(
       "--quant", a->quant,
-      "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; aliases as in the docs)");
+      "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; aliases such as q8_row, "
+      "q4_tiled, fp16 are listed in the README)");
   c->add_option("--quant-rule", a->rules,
                 "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')")
       ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
@@ -63,7 +64,7 @@ void setup(CLI::App& root) {
       ->each([a](const std::string&) { a->mean_bits_given = true; });
   c->add_option("--shard-max-gb", a->shard_max_gb,
                 "split the output into files of at most N GB (10^9 bytes) each, the 1 MiB header gap "
-                "included; a tensor larger than that gets a file of its own");
+                "included; a tensor larger than that gets a file of its own (0, the default: one file)");
   c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite,
               "keep NaN/Inf weights in tensors stored as f32/f16/bf16");

@@ -14,6 +14,7 @@
 #include "runtime/session.h"
 #include "util/error.h"
 #include "util/progress.h"
+#include "util/utf8.h"
 
 namespace cortiq::cli {
 namespace {
@@ -39,6 +40,14 @@ void ppl_cmd(const PplArgs& a) {
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
+  // a text file, as the help says: binary input would be scored as byte-fallback noise
+  for (size_t i = 0; i < text.size();) {
+    const long n = utf8_sequence(text, i);
+    if (n < 0)
+      fail(ErrorKind::Parse, "'{}' is not UTF-8 text: byte {} (0x{:02X}) starts no valid sequence", a.file, i,
+           static_cast<unsigned char>(text[i]));
+    i += static_cast<size_t>(n);
+  }
   if (a.mode == "prefix" && a.ctx_given)
     fail(ErrorKind::InvalidArgument,
          "--ctx sets the chunk length of chunked mode; prefix mode takes --tokens");
@@ -67,11 +76,13 @@ void ppl_cmd(const PplArgs& a) {
            a.file, tokens_str(n_text), n_bos ? " (plus BOS)" : "", a.ctx);
     const size_t text_tokens = ids.size();
     if (a.chunks > 0) ids.resize(std::min(ids.size(), static_cast<size_t>(a.chunks) * a.ctx));
-    bar.emplace("perplexity", a.ctx >= 4 ? ids.size() / a.ctx * a.ctx : 0, false);
+    // said before the run, as llama-perplexity does
+    std::printf("chunks: %zu x %zu tokens (text: %zu tokens), scored the second half of each\n",
+                ids.size() / a.ctx, a.ctx, text_tokens);
+    std::fflush(stdout);
+    bar.emplace("perplexity", ids.size() / a.ctx * a.ctx, "tok");
     r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, bos, a.batch, a.load.kv_f16, advance);
     bar->finish();
-    std::printf("chunks: %zu x %zu tokens (text: %zu tokens), scored the second half of each\n", r.chunks,
-                a.ctx, text_tokens);
   } else if (a.mode == "prefix") {
     if (a.tokens < 2)
       fail(ErrorKind::InvalidArgument, "--tokens must be ≥ 2 (the first token is not scored)");
@@ -91,7 +102,7 @@ void ppl_cmd(const PplArgs& a) {
     if (ids.size() < 2)
       fail(ErrorKind::InvalidArgument, "'{}' is too short: it has {}{}; prefix mode needs at least 2", a.file,
            tokens_str(n_text), n_bos ? " (plus BOS)" : "");
-    bar.emplace("perplexity", ids.size(), false);
+    bar.emplace("perplexity", ids.size(), "tok");
     r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16, advance);
     bar->finish();
   } else {

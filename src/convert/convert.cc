@@ -94,7 +94,7 @@ void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool
   uint64_t total = 0;
   for (const auto& j : jobs) total += j.source_bytes;
   std::optional<Progress> bar;
-  if (show_progress) bar.emplace(label, total, true);
+  if (show_progress) bar.emplace(label, total);
   const size_t n = jobs.size();
   auto write_one = [&](size_t i, std::vector<uint8_t>& payload) {
     w.add_tensor(jobs[i].name, jobs[i].decision.dtype, jobs[i].shape, payload);

@@ -12,8 +12,8 @@ bool Progress::enabled() {
   return ::isatty(STDERR_FILENO) == 1 && std::getenv("CORTIQ_NO_PROGRESS") == nullptr;
 }
 
-Progress::Progress(std::string label, uint64_t total, bool bytes_unit)
-    : label_(std::move(label)), total_(total), bytes_unit_(bytes_unit), active_(enabled()) {
+Progress::Progress(std::string label, uint64_t total, std::string unit)
+    : label_(std::move(label)), total_(total), unit_(std::move(unit)), active_(enabled()) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
@@ -28,8 +28,8 @@ void Progress::advance(uint64_t n) {
   draw(false);
 }
 
-static std::string human_rate(double v, bool bytes) {
-  if (!bytes) return fmt::format("{:.1f}/s", v);
+static std::string human_rate(double v, const std::string& unit) {
+  if (!unit.empty()) return fmt::format("{:.1f} {}/s", v, unit);
   const char* units[] = {"B/s", "KB/s", "MB/s", "GB/s"};
   int u = 0;
   while (v >= 1000.0 && u < 3) {
@@ -51,7 +51,7 @@ void Progress::draw(bool force) {
   const double rate = secs > 0 ? static_cast<double>(done_) / secs : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total_ - std::min(done_, total_)) / rate : 0.0;
   std::fprintf(stderr, "\r  %s [%s] %5.1f%%  %s  ETA %.0fs   ", label_.c_str(), bar.c_str(), frac * 100.0,
-               human_rate(rate, bytes_unit_).c_str(), eta);
+               human_rate(rate, unit_).c_str(), eta);
   std::fflush(stderr);
 }
 

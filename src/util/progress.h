@@ -13,8 +13,9 @@ namespace cortiq {
 /// terminal (and CORTIQ_NO_PROGRESS is unset); otherwise prints nothing. Thread-safe `advance`.
 class Progress {
  public:
-  /// `total` in units; `bytes_unit` true formats rate as bytes/s, otherwise units/s.
-  Progress(std::string label, uint64_t total, bool bytes_unit = true);
+  /// `total` in units of `unit`: "" counts bytes (the rate reads B/s … GB/s), another name is
+  /// shown with the rate ("tok" → "812.4 tok/s").
+  Progress(std::string label, uint64_t total, std::string unit = "");
   ~Progress();
   /// Adds `n` units done.
   void advance(uint64_t n);
@@ -27,7 +28,8 @@ class Progress {
   void draw(bool force);
   std::string label_;
   uint64_t total_, done_ = 0;
-  bool bytes_unit_, active_, finished_ = false;
+  std::string unit_;
+  bool active_, finished_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
   std::mutex mu_;
 };
