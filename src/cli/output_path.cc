@@ -1,4 +1,5 @@
-// refuse_overwriting_input (cli/command.h): the check convert, requant and compact make before writing.
+// Path helpers of the commands (cli/command.h): refuse_overwriting_input, the check convert, requant and
+// compact make before writing, and read_input ("-" = standard input).
 #include <filesystem>
 #include <iostream>
 #include <sstream>

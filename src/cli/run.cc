@@ -108,9 +108,10 @@ void print_footer(const runtime::GenerateResult& r) {
     std::fprintf(stderr,
                  "\n[%zu tokens · first token %.1f s · decode %.1f tok/s · overall %.1f tok/s, finish: %s]\n",
                  n, r.ttft_s, decode, overall, r.finish.c_str());
+  } else if (n == 1) {  // no decode rate from one token: the same footer without it
+    std::fprintf(stderr, "\n[1 tokens · first token %.1f s, finish: %s]\n", r.ttft_s, r.finish.c_str());
   } else {
-    std::fprintf(stderr, "\n[%zu tokens, %.1f tok/s, finish: %s]\n", n,
-                 r.total_s > 0 ? static_cast<double>(n) / r.total_s : 0.0, r.finish.c_str());
+    std::fprintf(stderr, "\n[0 tokens, finish: %s]\n", r.finish.c_str());
   }
 }
 
