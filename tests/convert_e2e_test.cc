@@ -905,6 +905,10 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen) {
        "--family qwen3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --layers 2 --ffn 96 --vocab 128 "
        "--tied "
        "--rope-theta 1000000 --seed 36"},
+      // phi3: fused qkv and gate_up (split as the HF path splits them), partial rotary, a sliding window
+      {"phi3",
+       "--family phi3 --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 37 "
+       "--partial-rotary 0.5 --sliding-window 32"},
       // linear and yarn RoPE scaling: {arch}.rope.scaling.type / factor (/ original_context_length)
       {"linear",
        "--family llama --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 34 "
@@ -974,7 +978,9 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen) {
     for (const std::string mode : {"normal", "none", "k-with-n-head"}) {
       SCOPED_TRACE(mode);
       // the permutation checks are llama's (and qwen2's, which has none to break)
-      if (f.family != "llama" && f.family != "qwen2" && f.family != "qwen3" && mode != "normal") continue;
+      if (f.family != "llama" && f.family != "qwen2" && f.family != "qwen3" && f.family != "phi3" &&
+          mode != "normal")
+        continue;
       const fs::path gguf = dir_ / ("go_" + f.family + "_" + mode + ".gguf");
       const fs::path b = dir_ / ("go_" + f.family + "_" + mode + ".cmf");
       log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +

@@ -49,9 +49,9 @@ void setup(CLI::App& root) {
   auto* c =
       root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) or a GGUF file to CMF");
   c->add_option("model_dir", a->model_pos, "HF model directory or .gguf file (same as --model)");
-  c->add_option(
-      "--model", a->model,
-      "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (llama, qwen2)");
+  c->add_option("--model", a->model,
+                "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (llama, "
+                "qwen2, qwen3, phi3)");
   c->add_option("-o,--output", a->output, "output .cmf path");
   c->add_option(
       "--quant", a->quant,

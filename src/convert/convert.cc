@@ -259,10 +259,12 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
   struct Src {
     std::string name;
     const GgufTensor* t;
+    uint64_t row0 = 0, rows = 0;  // a row slice of t (phi3's fused projections); rows 0: all of t
   };
   std::vector<Src> srcs;
+  const std::string gguf_arch = config["model_type"].get<std::string>();
   for (const auto& t : g.tensors()) {
-    std::string name = hf_name_from_gguf(t.name);
+    std::string name = hf_name_from_gguf(t.name, gguf_arch);
     if (name.empty()) {  // rope_freqs.weight: llama3's per-dimension RoPE factors
       std::vector<float> v(t.numel);
       gguf_to_f32(t, v);
@@ -276,6 +278,30 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
           fail(ErrorKind::Parse, "GGUF tensor '{}': value {} is {} (RoPE factors are finite and > 0)", t.name,
                i, v[i]);
       arch.rope_freq_factors = std::vector<double>(v.begin(), v.end());
+      continue;
+    }
+    // fused projections are split by rows as tensor_map splits HF's: q | k | v and gate | up
+    const auto cut = [&](const std::string& fused,
+                         std::initializer_list<std::pair<const char*, uint64_t>> parts) {
+      uint64_t want = 0;
+      for (const auto& [part, rows] : parts) want += rows;
+      if (t.shape.size() != 2 || t.shape[0] != want)
+        fail(ErrorKind::Parse, "GGUF tensor '{}' has shape [{}], the metadata needs {} rows", t.name,
+             fmt::join(t.shape, ", "), want);
+      uint64_t row0 = 0;
+      for (const auto& [part, rows] : parts) {
+        srcs.push_back({name.substr(0, name.find(fused)) + part + ".weight", &t, row0, rows});
+        row0 += rows;
+      }
+    };
+    if (name.ends_with("self_attn.qkv_proj.weight")) {
+      const uint64_t q = uint64_t{arch.num_attention_heads} * arch.head_dim,
+                     kv = uint64_t{arch.num_kv_heads} * arch.head_dim;
+      cut("qkv_proj", {{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}});
+      continue;
+    }
+    if (name.ends_with("mlp.gate_up_proj.weight")) {
+      cut("gate_up_proj", {{"gate_proj", arch.intermediate_size}, {"up_proj", arch.intermediate_size}});
       continue;
     }
     srcs.push_back({std::move(name), &t});
@@ -329,21 +355,28 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
     Job j;
     j.name = s.name;
     j.shape = t->shape;
+    const uint64_t row0 = s.row0, slice_rows = s.rows;
+    if (slice_rows) j.shape[0] = slice_rows;
     j.decision = decide(opt.plan, j.name, j.shape, false);
     uint32_t qk_heads = 0;
     if (permuted && j.name.find("self_attn.q_proj.") != std::string::npos)
       qk_heads = arch.num_attention_heads;
     if (permuted && j.name.find("self_attn.k_proj.") != std::string::npos) qk_heads = arch.num_kv_heads;
-    j.load = [t, qk_heads, name = j.name](std::vector<float>& v) {
+    j.load = [t, qk_heads, row0, slice_rows, name = j.name](std::vector<float>& v) {
       v.resize(t->numel);
       gguf_to_f32(*t, v);
+      if (slice_rows) {  // rows [row0, row0 + slice_rows) of the fused tensor
+        const uint64_t cols = t->numel / t->shape[0];
+        v.erase(v.begin() + static_cast<std::ptrdiff_t>((row0 + slice_rows) * cols), v.end());
+        v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(row0 * cols));
+      }
       if (qk_heads) {
         const uint64_t rows = t->shape[0], cols = t->shape.size() > 1 ? t->numel / rows : 1;
         unpermute_qk_rows(v, rows, cols, qk_heads, name);
       }
     };
     j.release = [&g, t] { g.release(*t); };
-    j.source_bytes = t->data.size();
+    j.source_bytes = slice_rows ? t->data.size() / t->shape[0] * slice_rows : t->data.size();
     jobs.push_back(std::move(j));
   }
   write_jobs(jobs, w, h, opt.plan, resolve_threads(opt.threads), opt.allow_nonfinite, opt.progress,

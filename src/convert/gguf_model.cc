@@ -87,7 +87,7 @@ std::optional<json> rope_scaling_of(const Md& md) {
 }
 
 /// (GGUF name, HF name) of the per-layer tensors, without the `.weight` / `.bias` suffix.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kLayerNames{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayerNames{{
     {"attn_norm", "input_layernorm"},
     {"attn_q", "self_attn.q_proj"},
     {"attn_k", "self_attn.k_proj"},
@@ -99,6 +99,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kLayerNa
     {"ffn_down", "mlp.down_proj"},
     {"attn_q_norm", "self_attn.q_norm"},  // qwen3
     {"attn_k_norm", "self_attn.k_norm"},
+    {"attn_qkv", "self_attn.qkv_proj"},  // phi3
 }};
 
 }  // namespace
@@ -109,14 +110,15 @@ json hf_config_from_gguf(const GgufFile& f) {
   if (a == m.end() || !a->is_string())
     fail(ErrorKind::Parse, "GGUF key 'general.architecture' is missing or not a string");
   Md md{m, a->get<std::string>()};
-  if (md.arch != "llama" && md.arch != "qwen2" && md.arch != "qwen3")
+  if (md.arch != "llama" && md.arch != "qwen2" && md.arch != "qwen3" && md.arch != "phi3")
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
          kGgufArchitectures);
   json c;
   c["model_type"] = md.arch;
   c["architectures"] = json::array({md.arch == "llama"   ? "LlamaForCausalLM"
                                     : md.arch == "qwen2" ? "Qwen2ForCausalLM"
-                                                         : "Qwen3ForCausalLM"});
+                                    : md.arch == "qwen3" ? "Qwen3ForCausalLM"
+                                                         : "Phi3ForCausalLM"});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
   c["intermediate_size"] = md.need_uint("feed_forward_length");
@@ -141,9 +143,24 @@ json hf_config_from_gguf(const GgufFile& f) {
   c["vocab_size"] = vocab;
   c["tie_word_embeddings"] = f.find("output.weight") == nullptr;
   if (auto rs = rope_scaling_of(md)) c["rope_scaling"] = *rs;
-  if (md.get(md.key("attention.sliding_window")))
+  if (md.arch == "phi3") {
+    // Phi3MiniModel.set_gguf_parameters: rope.dimension_count = partial_rotary_factor · hidden /
+    // heads, the window (0 = none) and the pre-extension context
+    const uint64_t head_dim = c.contains("head_dim")
+                                  ? c["head_dim"].get<uint64_t>()
+                                  : c["hidden_size"].get<uint64_t>() / std::max<uint64_t>(heads, 1);
+    if (auto rot = md.uint("rope.dimension_count"); rot && *rot != head_dim) {
+      if (*rot == 0 || *rot > head_dim || *rot % 2 != 0)
+        fail(ErrorKind::Parse, "GGUF key '{}' = {} must be even and in (0, head_dim {}]",
+             md.key("rope.dimension_count"), *rot, head_dim);
+      c["partial_rotary_factor"] = static_cast<double>(*rot) / static_cast<double>(head_dim);
+    }
+    if (auto w = md.uint("attention.sliding_window"); w && *w > 0) c["sliding_window"] = *w;
+    if (auto o = md.uint("rope.scaling.original_context_length")) c["original_max_position_embeddings"] = *o;
+  } else if (md.get(md.key("attention.sliding_window"))) {
     fail(ErrorKind::Unsupported, "GGUF key '{}': sliding-window attention is not supported from GGUF input",
          md.key("attention.sliding_window"));
+  }
   for (const auto& [k, hf] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                               std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
                               std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}})
@@ -155,7 +172,13 @@ std::optional<json> rope_scaling_from_gguf(const json& metadata, const std::stri
   return rope_scaling_of(Md{metadata, arch});
 }
 
-std::string hf_name_from_gguf(std::string_view g) {
+std::string hf_name_from_gguf(std::string_view g, std::string_view arch) {
+  // phi3's ffn_up is HF's fused gate_up_proj (Phi3MiniModel writes it unsplit); its attn_qkv is
+  // qkv_proj (kLayerNames). The caller splits both as tensor_map does HF's.
+  if (arch == "phi3" && g.starts_with("blk.") && g.ends_with(".ffn_up.weight")) {
+    std::string n = hf_name_from_gguf(g, "");
+    return n.replace(n.rfind("up_proj"), 7, "gate_up_proj");
+  }
   if (g == "token_embd.weight") return "model.embed_tokens.weight";
   if (g == "output_norm.weight") return "model.norm.weight";
   if (g == "output.weight") return "lm_head.weight";

@@ -20,7 +20,7 @@
 namespace cortiq::convert {
 
 /// GGUF `general.architecture` values convert_gguf takes.
-inline constexpr std::string_view kGgufArchitectures = "llama, qwen2, qwen3";
+inline constexpr std::string_view kGgufArchitectures = "llama, qwen2, qwen3, phi3";
 
 /// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,
 /// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,
@@ -42,11 +42,13 @@ nlohmann::json hf_config_from_gguf(const GgufFile& f);
 /// factor.
 std::optional<nlohmann::json> rope_scaling_from_gguf(const nlohmann::json& metadata, const std::string& arch);
 
-/// The HF tensor name of a GGUF tensor of a llama/qwen2 model: `token_embd.weight` →
-/// `model.embed_tokens.weight`, `blk.3.attn_q.weight` → `model.layers.3.self_attn.q_proj.weight`,
-/// `output.weight` → `lm_head.weight`, … ; "" for `rope_freqs.weight` (it goes into the arch as
-/// rope_freq_factors). Throws Error(Unsupported) naming any other tensor.
-std::string hf_name_from_gguf(std::string_view gguf_name);
+/// The HF tensor name of a GGUF tensor of a model of GGUF architecture `arch` (kGgufArchitectures):
+/// `token_embd.weight` → `model.embed_tokens.weight`, `blk.3.attn_q.weight` →
+/// `model.layers.3.self_attn.q_proj.weight`, `output.weight` → `lm_head.weight`, … ; phi3's fused
+/// `attn_qkv` / `ffn_up` → `self_attn.qkv_proj` / `mlp.gate_up_proj` (HF's Phi3 names); "" for
+/// `rope_freqs.weight` (it goes into the arch as rope_freq_factors). Throws Error(Unsupported)
+/// naming any other tensor.
+std::string hf_name_from_gguf(std::string_view gguf_name, std::string_view arch = "");
 
 /// Undoes convert_hf_to_gguf's LlamaModel.permute on the rows of a Q or K projection (weight
 /// `[heads·head_dim, cols]` row-major, or a bias with cols = 1): GGUF row h·hd + 2j + i holds HF row

@@ -27,6 +27,11 @@ TEST(GgufModel, TensorNames) {
   EXPECT_EQ(hf_name_from_gguf("blk.3.ffn_norm.weight"), "model.layers.3.post_attention_layernorm.weight");
   EXPECT_EQ(hf_name_from_gguf("blk.3.ffn_down.weight"), "model.layers.3.mlp.down_proj.weight");
   EXPECT_EQ(hf_name_from_gguf("rope_freqs.weight"), "");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.attn_q_norm.weight", "qwen3"), "model.layers.1.self_attn.q_norm.weight");
+  // phi3's fused projections keep HF's fused names (convert splits them); ffn_up is gate and up
+  EXPECT_EQ(hf_name_from_gguf("blk.1.attn_qkv.weight", "phi3"), "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.ffn_up.weight", "phi3"), "model.layers.1.mlp.gate_up_proj.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.ffn_up.weight", "llama"), "model.layers.1.mlp.up_proj.weight");
   for (const char* bad : {"blk.x.attn_q.weight", "blk.1.attn_qq.weight", "blk.1.ffn_gate_exps.weight", "foo"})
     try {
       (void)hf_name_from_gguf(bad);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 / qwen3 checkpoint folder the way llama.cpp's
+"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 / qwen3 / phi3 checkpoint folder the way llama.cpp's
 convert_hf_to_gguf.py does for `--outtype f32` (or `--outtype f16`): an independent oracle for
 `cortiq convert model.gguf`, used by tests/convert_e2e_test.cc on checkpoints written by
 gen_checkpoint.py (config.json + model.safetensors, or sharded with model.safetensors.index.json).
@@ -19,7 +19,9 @@ config.json has them. No tokenizer.ggml.model / tokens (the converter then write
 
 Tensors: token_embd, output_norm, output (only when the checkpoint has lm_head.weight),
 blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight
-and blk.N.attn_{q,k,v}.bias, qwen3's blk.N.attn_{q,k}_norm.weight; for a llama config with rope_scaling.rope_type "llama3", first
+and blk.N.attn_{q,k,v}.bias, qwen3's blk.N.attn_{q,k}_norm.weight, phi3's fused blk.N.attn_qkv and
+ffn_up (gate and up) with rope.dimension_count, rope.scaling.original_context_length and
+attention.sliding_window (Phi3MiniModel); for a llama config with rope_scaling.rope_type "llama3", first
 rope_freqs.weight (f32, one factor per rotary pair, as LlamaModel.generate_extra_tensors); for
 rope_scaling of type linear or yarn, {arch}.rope.scaling.type / factor (and for yarn
 original_context_length), as TextModel.set_gguf_parameters. For llama the Q rows (and bias) are permuted per head with n_head and
@@ -61,6 +63,8 @@ LAYER_NAMES = [  # HF suffix (after model.layers.N.) -> GGUF suffix (after blk.N
     ("mlp.down_proj", "ffn_down"),
     ("self_attn.q_norm", "attn_q_norm"),  # qwen3
     ("self_attn.k_norm", "attn_k_norm"),
+    ("self_attn.qkv_proj", "attn_qkv"),  # phi3: fused, written unsplit
+    ("mlp.gate_up_proj", "ffn_up"),
 ]
 
 
@@ -188,8 +192,8 @@ def main():
     with open(os.path.join(a.model_dir, "config.json")) as f:
         c = json.load(f)
     arch = c.get("model_type")
-    if arch not in ("llama", "qwen2", "qwen3"):
-        sys.exit(f"model_type {arch!r}: only llama, qwen2 and qwen3 are written")
+    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
+        sys.exit(f"model_type {arch!r}: only llama, qwen2, qwen3 and phi3 are written")
     n_head = c["num_attention_heads"]
     n_kv = c.get("num_key_value_heads", n_head)
 
@@ -204,9 +208,15 @@ def main():
     w.add(f"{arch}.attention.head_count_kv", T_UINT32, n_kv)
     w.add(f"{arch}.rope.freq_base", T_FLOAT32, c.get("rope_theta", 10000.0))
     w.add(f"{arch}.attention.layer_norm_rms_epsilon", T_FLOAT32, c["rms_norm_eps"])
-    if c.get("head_dim") is not None:
+    if c.get("head_dim") is not None and arch != "phi3":  # Phi3MiniModel writes no key_length
         w.add(f"{arch}.attention.key_length", T_UINT32, c["head_dim"])
         w.add(f"{arch}.attention.value_length", T_UINT32, c["head_dim"])
+    if arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
+        rot_pct = c.get("partial_rotary_factor", 1.0)
+        w.add(f"{arch}.rope.dimension_count", T_UINT32, int(rot_pct * c["hidden_size"]) // n_head)
+        w.add(f"{arch}.rope.scaling.original_context_length", T_UINT32,
+              c.get("original_max_position_embeddings", c["max_position_embeddings"]))
+        w.add(f"{arch}.attention.sliding_window", T_UINT32, c.get("sliding_window") or 0)
     w.add("general.file_type", T_UINT32, 0 if a.outtype == "f32" else 1)
     if arch == "llama":
         w.add(f"{arch}.vocab_size", T_UINT32, c["vocab_size"])
