@@ -51,12 +51,12 @@ void setup_sign(CLI::App& root) {
                    o->key.c_str());
     std::string pub;
     for (const auto& f : files) {
-      const cmf::SignatureCheck before = cmf::check_signature(f);
+      const auto before = cmf::signature_pubkey(f);  // reads the .sig only, not the file again
       pub = cmf::sign_file(f, seed);
       std::printf("signed: %s.sig\n", f.c_str());
-      if (before.present && !before.pubkey.empty() && before.pubkey != pub)
+      if (before && *before != pub)
         std::fprintf(stderr, "note: %s.sig was signed by another key (pubkey %s); it is replaced\n",
-                     f.c_str(), before.pubkey.c_str());
+                     f.c_str(), before->c_str());
     }
     std::printf("pubkey: %s\n", pub.c_str());
   });

@@ -118,47 +118,71 @@ std::string sign_file(const std::string& model_path, const std::array<uint8_t, 3
   return to_hex(pub);
 }
 
-SignatureCheck check_signature(const std::string& model_path, const std::optional<std::string>& pinned) {
-  SignatureCheck c;
+namespace {
+
+/// The fields of `<model>.sig`, decoded.
+struct SigFields {
+  std::vector<uint8_t> pub, sha, sig;
+};
+
+/// Reads and parses `<model>.sig` into `c` (present, pubkey, or the problem) and `f`; true when it
+/// is well formed (alg "ed25519-sha256", 32-byte pubkey and sha256, 64-byte sig). Reads only the .sig.
+bool parse_signature_file(const std::string& model_path, SignatureCheck& c, SigFields& f) {
   const std::string sig_path = model_path + ".sig";
-  if (!std::filesystem::exists(sig_path)) return c;
+  if (!std::filesystem::exists(sig_path)) return false;
   c.present = true;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file(sig_path));
   } catch (const std::exception& e) {
     c.problem = fmt::format("{}: not valid JSON", sig_path);
-    return c;
+    return false;
   }
   auto field = [&](const char* k) -> std::string {
     return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
   };
   if (field("alg") != "ed25519-sha256") {
     c.problem = fmt::format("{}: unsupported alg '{}'", sig_path, field("alg"));
-    return c;
+    return false;
   }
   auto pub = from_hex(field("pubkey"));
   auto sha = from_hex(field("sha256"));
   auto sig = from_hex(field("sig"));
   if (!pub || pub->size() != 32 || !sha || sha->size() != 32 || !sig || sig->size() != 64) {
     c.problem = fmt::format("{}: malformed pubkey/sha256/sig", sig_path);
-    return c;
+    return false;
   }
   c.pubkey = lower(field("pubkey"));
+  f = {std::move(*pub), std::move(*sha), std::move(*sig)};
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> signature_pubkey(const std::string& model_path) {
+  SignatureCheck c;
+  SigFields f;
+  if (!parse_signature_file(model_path, c, f)) return std::nullopt;
+  return c.pubkey;
+}
+
+SignatureCheck check_signature(const std::string& model_path, const std::optional<std::string>& pinned) {
+  SignatureCheck c;
+  SigFields f;
+  if (!parse_signature_file(model_path, c, f)) return c;
   if (pinned && lower(*pinned) != c.pubkey) {
     c.problem = fmt::format("signer {} is not the pinned key {}", c.pubkey, *pinned);
     return c;
   }
   const auto digest = sha256_file(model_path);
-  if (!std::equal(digest.begin(), digest.end(), sha->begin())) {
-    c.problem =
-        fmt::format("file SHA-256 {} differs from the signed {}", to_hex(digest), lower(field("sha256")));
+  if (!std::equal(digest.begin(), digest.end(), f.sha.begin())) {
+    c.problem = fmt::format("file SHA-256 {} differs from the signed {}", to_hex(digest), to_hex(f.sha));
     return c;
   }
-  Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, pub->data(), pub->size()));
+  Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, f.pub.data(), f.pub.size()));
   MdCtx ctx(EVP_MD_CTX_new());
   if (!key || !ctx || EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1 ||
-      EVP_DigestVerify(ctx.get(), sig->data(), sig->size(), digest.data(), digest.size()) != 1) {
+      EVP_DigestVerify(ctx.get(), f.sig.data(), f.sig.size(), digest.data(), digest.size()) != 1) {
     c.problem = "Ed25519 signature does not verify";
     return c;
   }

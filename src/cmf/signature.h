@@ -33,6 +33,11 @@ struct SignatureCheck {
   std::string problem;  ///< why it is invalid
 };
 
+/// The signer's public key (lowercase hex) of `<model>.sig` when it exists and is well formed (alg
+/// "ed25519-sha256", 32-byte pubkey and sha256, 64-byte sig), else nullopt. Reads only the .sig: the
+/// signature is not checked (check_signature does). Never throws for a bad signature file.
+std::optional<std::string> signature_pubkey(const std::string& model_path);
+
 /// Checks `<model>.sig` when it exists (FORMAT-NOTES §1.17): alg must be "ed25519-sha256", the
 /// optional `pinned_pubkey` must match, the recomputed SHA-256 must equal `sha256`
 /// (case-insensitive), then Ed25519 verification. Never throws for a bad signature file.
