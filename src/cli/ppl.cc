@@ -41,13 +41,9 @@ void ppl_cmd(const PplArgs& a) {
   ss << f.rdbuf();
   const std::string text = ss.str();
   // a text file, as the help says: binary input would be scored as byte-fallback noise
-  for (size_t i = 0; i < text.size();) {
-    const long n = utf8_sequence(text, i);
-    if (n < 0)
-      fail(ErrorKind::Parse, "'{}' is not UTF-8 text: byte {} (0x{:02X}) starts no valid sequence", a.file, i,
-           static_cast<unsigned char>(text[i]));
-    i += static_cast<size_t>(n);
-  }
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
+    fail(ErrorKind::Parse, "'{}' is not UTF-8 text: byte {} (0x{:02X}) starts no valid sequence", a.file, bad,
+         static_cast<unsigned char>(text[bad]));
   if (a.mode == "prefix" && a.ctx_given)
     fail(ErrorKind::InvalidArgument,
          "--ctx sets the chunk length of chunked mode; prefix mode takes --tokens");

@@ -32,13 +32,17 @@ long utf8_sequence(std::string_view s, size_t i) noexcept {
   return static_cast<long>(need + 1);
 }
 
-bool is_valid_utf8(std::string_view s) noexcept {
+size_t first_invalid_utf8(std::string_view s) noexcept {
   for (size_t i = 0; i < s.size();) {
     const long n = utf8_sequence(s, i);
-    if (n < 0) return false;
+    if (n < 0) return i;
     i += static_cast<size_t>(n);
   }
-  return true;
+  return std::string_view::npos;
+}
+
+bool is_valid_utf8(std::string_view s) noexcept {
+  return first_invalid_utf8(s) == std::string_view::npos;
 }
 
 std::string escape_invalid_utf8(std::string_view s) {

@@ -16,6 +16,10 @@ namespace cortiq {
 /// (U+D800–U+DFFF), nothing above U+10FFFF.
 long utf8_sequence(std::string_view s, size_t i) noexcept;
 
+/// Offset (bytes) of the first byte of `s` that starts no well-formed sequence (utf8_sequence), or
+/// std::string_view::npos when `s` is valid UTF-8.
+size_t first_invalid_utf8(std::string_view s) noexcept;
+
 /// Whether every byte of `s` belongs to a well-formed sequence (utf8_sequence).
 bool is_valid_utf8(std::string_view s) noexcept;
 

@@ -32,6 +32,10 @@ TEST(Utf8Valid, WholeStrings) {
   EXPECT_FALSE(is_valid_utf8("caf\xc3"));
   EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));
   EXPECT_FALSE(is_valid_utf8("\xc1\xbf"));
+  // the offset of the first bad byte, after whole sequences
+  EXPECT_EQ(first_invalid_utf8("caf\xc3\xa9 ok"), std::string_view::npos);
+  EXPECT_EQ(first_invalid_utf8("caf\xc3\xa9\xff"), 5u);
+  EXPECT_EQ(first_invalid_utf8("\xe6\x97\xa5\xe6"), 3u);
 }
 
 TEST(EscapeInvalidUtf8, ValidTextIsUnchanged) {
