@@ -353,6 +353,12 @@ std::span<const uint8_t> Reader::payload(const TensorInfo& t) const {
   return f.bytes.subspan(f.env.data.off + t.off, t.nbytes);
 }
 
+void Reader::release(std::span<const uint8_t> bytes) const {
+  for (const File& f : impl_->files)
+    if (!f.bytes.empty() && bytes.data() >= f.bytes.data() && bytes.data() < f.bytes.data() + f.bytes.size())
+      return f.map.release(bytes);  // open_memory: an empty map, which ignores every range
+}
+
 const MaskCatalog* Reader::masks() const noexcept {
   const auto& m = impl_->files[0].masks;
   return m ? &*m : nullptr;

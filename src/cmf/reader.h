@@ -109,6 +109,11 @@ class Reader {
   const TensorInfo& tensor(std::string_view name) const;
   /// The payload bytes [nbytes] of a tensor of this reader.
   std::span<const uint8_t> payload(const TensorInfo& t) const;
+  /// Hands the pages of `bytes` (a range of one of this reader's files, e.g. a payload a model
+  /// copied into its own layout) back to the kernel; later reads still see the file's bytes
+  /// (MappedFile::release). Ignored for open_memory and for ranges outside the files. Throws
+  /// Error(Io) as MappedFile::release does.
+  void release(std::span<const uint8_t> bytes) const;
 
   /// Masks section (file 1) decoded against header().arch; nullptr when absent.
   const MaskCatalog* masks() const noexcept;

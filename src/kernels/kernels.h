@@ -13,12 +13,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "kernels/thread_pool.h"
 #include "kernels/weight_view.h"
+#include "util/mmap_file.h"
 
 namespace cortiq::kernels {
 
@@ -93,12 +95,28 @@ bool has_kernel(quant::DType t) noexcept;
 /// Error(Parse) when the payload does not match dtype and shape (quant::validate_payload).
 void check_weight(const WeightView& w);
 
-/// Fills w.prepared (weight_view.h) for the dtypes that have per-row derived values — q4tp and
-/// q2tp: exp2f of every row's lo and step, computed as quant::q4tp_ladder does — and leaves it null
-/// for the others. Cost: one pass over the `[rows]` parameter plane; 8 bytes per row. Call it once
-/// when a tensor is bound (the model does); products then skip the per-call lookups, with identical
-/// results. Throws Error(Parse) when the payload does not match dtype and shape (quant::tp_view).
-void prepare_weight(WeightView& w);
+/// Where prepare_weight puts a copy and whom it tells about the original bytes.
+struct PrepareOptions {
+  /// Takes each range of the original payload once prepare_weight has copied it (about 1 MiB at a
+  /// time, in order), so a caller can hand those pages back as it goes (TensorSource::release).
+  std::function<void(std::span<const uint8_t> bytes)> release = nullptr;
+  /// Memory for copies (tensors of one model share its 2 MiB pages); null: a HugeBuffer per copy.
+  HugeArena* arena = nullptr;
+};
+
+/// Readies a view for the kernels, once, when a tensor is bound (the model does); products are then
+/// cheaper, and their results equal those of the dtype the view ends up with.
+/// - q4tp / q2tp: fills w.prepared (weight_view.h) with exp2f of every row's lo and step, computed
+///   as quant::q4tp_ladder does (one pass over the `[rows]` parameter plane; 8 bytes per row).
+/// - q4_tiled: re-lays the payload out as q4_block (quant::q4_tiled_to_block: the same values in
+///   the same nibble order, scales in a plane of their own) in huge-page memory the view then owns
+///   (w.storage), and sets w.dtype = Q4Block: the kernels read whole 64-byte blocks of nibbles
+///   instead of 18-byte tiles (kernels_bench matvec 896×4864: q4_block 57 µs against q4_tiled 73
+///   µs; `cortiq bench` tg +12–15%, pp512 +30–40% on the Qwen2.5-0.5B-shaped file).
+/// - every other dtype: unchanged.
+/// Throws Error(Parse) when the payload does not match dtype and shape (quant::tp_view, the q4_tiled
+/// size 18·ceil(n/32)), Error(Io) when the copy cannot be allocated.
+void prepare_weight(WeightView& w, const PrepareOptions& opt = {});
 
 /// Dequantizes rows [row_begin, row_begin+count) into out[count * cols] (f32). Throws
 /// Error(Bounds) for rows past the end, Error(Unsupported) for a dtype without a codec.

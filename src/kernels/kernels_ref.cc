@@ -21,6 +21,7 @@
 #include "quant/layout.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/mmap_file.h"
 
 namespace cortiq::kernels {
 
@@ -51,8 +52,33 @@ void check_weight(const WeightView& w) {
          w.payload.size(), quant::dtype_name(w.dtype), *n);
 }
 
-void prepare_weight(WeightView& w) {
+namespace {
+
+/// prepare_weight for q4_tiled: the payload copied into q4_block layout, ~1 MiB of source at a time.
+void relayout_q4_tiled(WeightView& w, const PrepareOptions& opt) {
+  const uint64_t groups = (w.numel() + 31) / 32;
+  if (w.payload.size() != 18 * groups)
+    fail(ErrorKind::Parse, "tensor '{}': payload is {} bytes, dtype q4_tiled with this shape needs {}",
+         w.name, w.payload.size(), 18 * groups);
+  HugeArena own(0);  // chunk 0: every piece gets a buffer of its own size
+  const std::string what = fmt::format("tensor '{}'", w.name);
+  HugeArena::Piece dst = (opt.arena ? opt.arena : &own)->allocate(w.payload.size(), what);
+  constexpr uint64_t kPiece = (uint64_t{1} << 20) / 18;  // groups per piece (~1 MiB of source)
+  for (uint64_t g = 0; g < groups; g += kPiece) {
+    const uint64_t e = std::min(groups, g + kPiece);
+    quant::q4_tiled_to_block(w.payload, dst.bytes, g, e);
+    if (opt.release) opt.release(w.payload.subspan(18 * g, 18 * (e - g)));
+  }
+  w.payload = dst.bytes;
+  w.dtype = DType::Q4Block;
+  w.storage = std::move(dst.owner);
+}
+
+}  // namespace
+
+void prepare_weight(WeightView& w, const PrepareOptions& opt) {
   w.prepared.reset();
+  if (w.dtype == DType::Q4Tiled) return relayout_q4_tiled(w, opt);
   if (w.dtype != DType::Q4TP && w.dtype != DType::Q2TP) return;
   const quant::TpView tp = quant::tp_view(w.dtype, w.shape, w.payload, w.name);
   auto bases = std::make_shared<std::vector<float>>(2 * tp.rows);

@@ -49,22 +49,71 @@ TEST(PrepareWeight, BasesAreTheLaddersFirstRungAndRatio) {
 }
 
 TEST(PrepareWeight, OtherDtypesStayUnprepared) {
-  for (DType t : {DType::Q8Row, DType::Q4Tiled, DType::Q4Block, DType::F32}) {
+  for (DType t : {DType::Q8Row, DType::Q4Block, DType::F32}) {
     test::Tensor w = make(t, 4, 64, gaussian(256, 8));
+    const uint8_t* before = w.view.payload.data();
     prepare_weight(w.view);
     EXPECT_FALSE(w.view.prepared) << quant::dtype_name(t);
+    EXPECT_FALSE(w.view.storage) << quant::dtype_name(t);
+    EXPECT_EQ(w.view.dtype, t);
+    EXPECT_EQ(w.view.payload.data(), before);
+  }
+}
+
+// q4_tiled is copied into q4_block layout: the bytes convert() writes for q4_block, the same decoded
+// values, and every source byte handed to `release` once, in order, in pieces of at most ~1 MiB.
+// 2048 × 1024 (1.2 MB) takes two pieces.
+TEST(PrepareWeight, Q4TiledBecomesQ4BlockOfTheSameValues) {
+  for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{1, 32}, {37, 96}, {2048, 1024}}) {
+    const std::vector<float> v = spread(rows, cols, 21);
+    const test::Tensor tiled = make(DType::Q4Tiled, rows, cols, v);
+    const test::Tensor block = make(DType::Q4Block, rows, cols, v);
+    WeightView w = tiled.view;
+    std::vector<std::span<const uint8_t>> released;
+    HugeArena arena(size_t{1} << 20);
+    prepare_weight(
+        w, {[&](std::span<const uint8_t> b) { released.push_back(b); }, rows == 37 ? &arena : nullptr});
+    EXPECT_EQ(w.dtype, DType::Q4Block);
+    ASSERT_TRUE(w.storage);
+    EXPECT_FALSE(w.prepared);
+    EXPECT_EQ(w.shape, tiled.view.shape);
+    ASSERT_EQ(w.payload.size(), block.view.payload.size());
+    EXPECT_EQ(std::memcmp(w.payload.data(), block.view.payload.data(), w.payload.size()), 0)
+        << rows << "x" << cols;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(w.payload.data()) % 64, 0u);
+    std::vector<float> a(rows * cols), b(rows * cols);
+    decode_rows(tiled.view, 0, rows, a.data());
+    decode_rows(w, 0, rows, b.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0);
+    ASSERT_FALSE(released.empty());
+    const uint8_t* next = tiled.view.payload.data();
+    for (const auto& r : released) {
+      EXPECT_EQ(r.data(), next);
+      EXPECT_LE(r.size(), size_t{1} << 20);
+      next = r.data() + r.size();
+    }
+    EXPECT_EQ(next, tiled.view.payload.data() + tiled.view.payload.size());
+    if (rows == 2048) {
+      EXPECT_GT(released.size(), 1u);
+    }
+    prepare_weight(w);  // a prepared view is q4_block: preparing it again changes nothing
+    EXPECT_EQ(w.dtype, DType::Q4Block);
+    EXPECT_EQ(std::memcmp(w.payload.data(), block.view.payload.data(), w.payload.size()), 0);
   }
 }
 
 TEST(PrepareWeight, ParseErrorOnABadPayload) {
-  test::Tensor w = make(DType::Q4TP, 4, 64, gaussian(256, 9));
-  WeightView bad = w.view;
-  bad.payload = bad.payload.first(bad.payload.size() - 1);
-  try {
-    prepare_weight(bad);
-    ADD_FAILURE() << "no throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+  for (DType t : {DType::Q4TP, DType::Q4Tiled}) {
+    test::Tensor w = make(t, 4, 64, gaussian(256, 9));
+    WeightView bad = w.view;
+    bad.payload = bad.payload.first(bad.payload.size() - 1);
+    try {
+      prepare_weight(bad);
+      ADD_FAILURE() << quant::dtype_name(t) << ": no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Parse) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+    }
   }
 }
 

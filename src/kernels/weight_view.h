@@ -26,6 +26,9 @@ struct WeightView {
   /// the other dtypes and for a view nobody prepared, which the kernels compute the same values for on
   /// every call (identical results, slower: two lookups in a 256 KiB table per row).
   std::shared_ptr<const std::vector<float>> prepared = nullptr;
+  /// Owns the bytes `payload` points into when kernels::prepare_weight re-laid the tensor out in
+  /// memory of its own (q4_tiled → q4_block); null while the payload borrows the caller's bytes.
+  std::shared_ptr<const void> storage = nullptr;
 
   /// shape[0] for tensors of rank >= 2, else 1.
   uint64_t rows() const noexcept { return shape.size() >= 2 ? shape[0] : 1; }

@@ -16,6 +16,7 @@ class CmfTensorSource : public TensorSource {
     if (!t) return std::nullopt;
     return kernels::WeightView{t->dtype, t->shape, r_->payload(*t), t->name};
   }
+  void release(std::span<const uint8_t> bytes) const override { r_->release(bytes); }
 
  private:
   const cmf::Reader* r_;

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
@@ -138,6 +139,52 @@ TEST_P(ForwardParity, QuantizedEqualsDequantized) {
     for (float x : ld) mx = std::max(mx, static_cast<double>(std::abs(x)));
     for (size_t i = 0; i < lq.size(); ++i) ASSERT_NEAR(lq[i], ld[i], 1e-5 * mx);
     EXPECT_EQ(gq, gd);
+  }
+}
+
+/// A MemoryTensorSource that records what the model hands back (TensorSource::release).
+class ReleaseRecorder : public MemoryTensorSource {
+ public:
+  void release(std::span<const uint8_t> bytes) const override { released.push_back(bytes); }
+  mutable std::vector<std::span<const uint8_t>> released;
+};
+
+// A q4_tiled model is bound as q4_block (kernels::prepare_weight): its logits equal those of the
+// same values stored as q4_block bit for bit, on the int8 and the exact path, and every byte of
+// every q4_tiled payload is handed back exactly once — the tied embedding (embed_tokens and lm_head,
+// one payload) too, so it was copied once.
+TEST_P(ForwardParity, Q4TiledBindsAsQ4Block) {
+  auto t = load_case(GetParam(), quant::DType::Q4Tiled);
+  auto b = load_case(GetParam(), quant::DType::Q4Block);
+  ASSERT_TRUE(t && b);
+  ReleaseRecorder src;
+  std::map<const uint8_t*, size_t> want;  // q4_tiled payload start → size
+  for (const auto& name : t->src.names()) {
+    const auto w = *t->src.find(name);
+    src.add(name, w.dtype, w.shape, std::vector<uint8_t>(w.payload.begin(), w.payload.end()));
+    const auto mine = *src.find(name);
+    if (mine.dtype == quant::DType::Q4Tiled) want[mine.payload.data()] = mine.payload.size();
+  }
+  ASSERT_FALSE(want.empty());
+  for (auto mode : {kernels::MatmulMode::Fast, kernels::MatmulMode::Exact}) {
+    kernels::ScopedMatmulMode m(mode);
+    src.released.clear();
+    auto mt = Model::bind(t->arch, src, {2});
+    auto mb = Model::bind(b->arch, b->src, {2});
+    const auto lt = last_logits(*mt, t->prompt), lb = last_logits(*mb, b->prompt);
+    ASSERT_EQ(lt.size(), lb.size());
+    EXPECT_EQ(std::memcmp(lt.data(), lb.data(), 4 * lt.size()), 0);
+    std::map<const uint8_t*, size_t> got;  // released bytes, merged per payload
+    for (const auto& r : src.released) {
+      bool merged = false;
+      for (auto& [start, size] : got)
+        if (start + size == r.data()) size += r.size(), merged = true;
+      if (!merged) {
+        ASSERT_EQ(got.count(r.data()), 0u) << "bytes released twice";
+        got[r.data()] = r.size();
+      }
+    }
+    EXPECT_EQ(got, want);
   }
 }
 

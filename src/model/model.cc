@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -152,11 +153,24 @@ std::vector<float> decode_vector(const WeightView& w) {
 struct Binder {
   const TensorSource& src;
   std::vector<std::string> missing;
+  // Views prepared so far, by the payload bytes they came from: a tensor bound twice (tied
+  // embeddings: embed_tokens and lm_head) is prepared, and for q4_tiled copied, once.
+  std::map<const uint8_t*, WeightView> prepared{};
+  HugeArena arena{};  // the q4_tiled copies (views keep their buffers alive)
 
-  // Found tensors are prepared for the kernels (kernels::prepare_weight: per-row values derived once).
+  // Found tensors are prepared for the kernels (kernels::prepare_weight: per-row values derived
+  // once; q4_tiled re-laid out as q4_block, the source's pages handed back as they are copied).
   std::optional<WeightView> opt(const std::string& name) {
     auto w = src.find(name);
-    if (w) kernels::prepare_weight(*w);
+    if (!w || w->payload.empty()) return w;
+    const uint8_t* key = w->payload.data();
+    if (auto it = prepared.find(key); it != prepared.end() && it->second.shape == w->shape) {
+      WeightView v = it->second;
+      v.name = w->name;
+      return v;
+    }
+    kernels::prepare_weight(*w, {[this](std::span<const uint8_t> b) { src.release(b); }, &arena});
+    prepared.insert_or_assign(key, *w);
     return w;
   }
   WeightView req(const std::string& name) {

@@ -24,6 +24,10 @@ class TensorSource {
   /// The tensor called `name` (HF naming, e.g. "model.layers.0.self_attn.q_proj.weight"), or
   /// nullopt when absent.
   virtual std::optional<kernels::WeightView> find(std::string_view name) const = 0;
+  /// Tells the source that the model no longer reads `bytes` of a payload find() returned, because
+  /// kernels::prepare_weight copied them into another layout: a file-backed source hands their
+  /// pages back (later reads stay valid). The default does nothing.
+  virtual void release(std::span<const uint8_t> bytes) const { (void)bytes; }
 };
 
 /// Tensors held in memory (tests, oracles): each is an encoded payload with dtype and shape.

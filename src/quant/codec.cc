@@ -196,6 +196,29 @@ std::vector<uint8_t> enc_q4(DType t, std::span<const uint64_t> shape, std::span<
   return out;
 }
 
+}  // namespace
+
+void q4_tiled_to_block(std::span<const uint8_t> tiled, std::span<uint8_t> block, uint64_t g_begin,
+                       uint64_t g_end) {
+  if (tiled.size() != block.size() || tiled.size() % 18 != 0)
+    fail(ErrorKind::InvalidArgument,
+         "q4_tiled_to_block: payloads of {} and {} bytes (equal multiples of 18 needed)", tiled.size(),
+         block.size());
+  const uint64_t groups = tiled.size() / 18;
+  if (g_begin > g_end || g_end > groups)
+    fail(ErrorKind::InvalidArgument, "q4_tiled_to_block: groups [{}, {}) outside [0, {})", g_begin, g_end,
+         groups);
+  const uint8_t* src = tiled.data();
+  uint8_t* nib = block.data();
+  uint8_t* scales = block.data() + 16 * groups;
+  for (uint64_t g = g_begin; g < g_end; ++g) {
+    std::memcpy(scales + 2 * g, src + 18 * g, 2);
+    std::memcpy(nib + 16 * g, src + 18 * g + 2, 16);
+  }
+}
+
+namespace {
+
 // ----------------------------------------------------------------------------- q1 / q1p / q1s
 /// Writes one q1 tile for the 32 values `w`; `skip` marks q1s outliers (excluded from the scale and
 /// the error diffusion, bit = sign hint). `carry` is the row's diffusion residual (nullptr = plain).

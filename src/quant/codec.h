@@ -132,6 +132,16 @@ class RowDecoder {
   TpView tp_;                        // q4tp / q2tp
 };
 
+/// Re-lays flat groups [g_begin, g_end) of a q4_tiled payload (`tiled`, G = tiled.size() / 18
+/// groups: per group [f16 scale][16 nibble bytes]) into the q4_block layout of the same tensor
+/// (`block`, same size: [16 nibble bytes : G][f16 scale : G]): group g's nibbles go to byte 16·g,
+/// its scale to 16·G + 2·g. The two dtypes hold identical values in identical nibble order
+/// (FORMAT-NOTES §1.8), so the result decodes to the same tensor. Ranges may be converted in any
+/// order and in pieces. Throws Error(InvalidArgument) when the sizes differ, are not a multiple of
+/// 18, or the range is outside [0, G].
+void q4_tiled_to_block(std::span<const uint8_t> tiled, std::span<uint8_t> block, uint64_t g_begin,
+                       uint64_t g_end);
+
 /// The scale rule of FORMAT-NOTES §1.1: round x to f16 (RNE), back to f32, floor at 2^-14.
 float f16_scale(float x);
 

@@ -127,6 +127,24 @@ TEST(RoundTrip, Q4Tiled) {
   }
 }
 
+// q4_tiled_to_block rebuilds q4_block's encoding from q4_tiled's, piece by piece in any order.
+TEST(RoundTrip, Q4TiledToBlockInPieces) {
+  const Shape s{9, 96};  // 27 groups
+  const auto v = testing::gaussian(9 * 96, 10);
+  const auto block = encode(DType::Q4Block, s, v), tiled = encode(DType::Q4Tiled, s, v);
+  std::vector<uint8_t> out(tiled.size(), 0xAB);
+  for (auto [b, e] : {std::pair<uint64_t, uint64_t>{20, 27}, {0, 5}, {5, 5}, {5, 20}})
+    q4_tiled_to_block(tiled, out, b, e);
+  EXPECT_EQ(out, block);
+  EXPECT_THROW(q4_tiled_to_block(tiled, out, 3, 28), Error);
+  EXPECT_THROW(q4_tiled_to_block(tiled, out, 4, 3), Error);
+  std::vector<uint8_t> shorter(out.size() - 18);
+  EXPECT_THROW(q4_tiled_to_block(tiled, shorter, 0, 1), Error);
+  const std::vector<uint8_t> odd(17);
+  std::vector<uint8_t> odd_out(17);
+  EXPECT_THROW(q4_tiled_to_block(odd, odd_out, 0, 0), Error);
+}
+
 TEST(RoundTrip, VBitAndVBitRo) {
   for (DType t : {DType::VBit, DType::VBitRo}) {
     for (float mb : {3.0f, 4.25f, 8.0f}) {

@@ -1,7 +1,6 @@
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -200,16 +199,9 @@ uint64_t default_bandwidth_buffer_bytes() noexcept {
 BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes) : pool_(pool) {
   if (buffer_bytes < (uint64_t{1} << 20))
     fail(ErrorKind::InvalidArgument, "bandwidth buffer of {} bytes is below 1 MiB", buffer_bytes);
-  // 2 MiB aligned and advised to huge pages where the kernel has them (THP "madvise"), as the
-  // weights of a --no-mmap load are: the read then measures DRAM, not page walks.
-  constexpr size_t kHuge = size_t{2} << 20;
+  // A HugeBuffer, as the weights of a --no-mmap load are: the read then measures DRAM, not page walks.
   n_ = static_cast<size_t>(buffer_bytes) & ~size_t{4095};
-  const size_t alloc = (n_ + kHuge - 1) & ~(kHuge - 1);  // aligned_alloc wants a multiple of the alignment
-  buf_ = static_cast<uint8_t*>(std::aligned_alloc(kHuge, alloc));
-  if (!buf_) fail(ErrorKind::Io, "cannot allocate a {} byte bandwidth buffer", n_);
-#ifdef MADV_HUGEPAGE
-  (void)madvise(buf_, alloc, MADV_HUGEPAGE);  // advice only: 4 KiB pages still work
-#endif
+  buf_ = HugeBuffer(n_, "the bandwidth probe");
   // Touch every page with distinct bytes (from every thread's slice, so pages are local to it).
   const size_t nt = pool_.size();
   slice_ = ((n_ / nt) + 255) & ~size_t{255};
@@ -217,7 +209,7 @@ BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes)
   pool_.parallel_for(nt, [&](size_t b, size_t e) {
     for (size_t t = b; t < e; ++t) {
       const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
-      for (size_t i = lo; i < hi; ++i) buf_[i] = static_cast<uint8_t>(i * 131 + 7);
+      for (size_t i = lo; i < hi; ++i) buf_.data()[i] = static_cast<uint8_t>(i * 131 + 7);
     }
   });
 }
@@ -227,7 +219,6 @@ BandwidthProbe::~BandwidthProbe() {
   volatile uint64_t keep = 0;
   for (uint64_t v : sink_) keep = keep ^ v;
   (void)keep;
-  std::free(buf_);
 }
 
 Bandwidth BandwidthProbe::measure(size_t passes) {
@@ -241,7 +232,7 @@ Bandwidth BandwidthProbe::measure(size_t passes) {
     pool_.parallel_for(nt, [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) {
         const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
-        sink_[t] ^= rd(buf_ + lo, hi - lo);
+        sink_[t] ^= rd(buf_.data() + lo, hi - lo);
       }
     });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();

@@ -22,6 +22,7 @@
 #include "kernels/thread_pool.h"
 #include "model/tensor_source.h"
 #include "quant/dtype.h"
+#include "util/mmap_file.h"
 
 namespace cortiq::runtime::bench {
 
@@ -114,7 +115,7 @@ class BandwidthProbe {
 
  private:
   kernels::ThreadPool& pool_;
-  uint8_t* buf_ = nullptr;
+  HugeBuffer buf_;
   size_t n_ = 0, slice_ = 0;
   std::vector<uint64_t> sink_;
 };

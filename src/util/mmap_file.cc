@@ -27,7 +27,68 @@ struct Fd {
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
+HugeBuffer::HugeBuffer(size_t size, std::string_view what) {
+  if (size == 0) return;
+  // Over-allocate by one huge page so the data can start 2 MiB aligned.
+  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t len = rounded + kHugePage;
+  void* base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    fail(ErrorKind::Io, "cannot allocate {} bytes for {}: {}", len, what, std::strerror(errno));
+  map_base_ = base;
+  map_len_ = len;
+  data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
+  size_ = size;
+  // A kernel without THP refuses the advice (EINVAL): the memory still works with 4 KiB pages, only
+  // slower to stream, so that is not an error.
+  (void)::madvise(data_, rounded, MADV_HUGEPAGE);
+}
+
+HugeBuffer::~HugeBuffer() {
+  reset();
+}
+
+HugeBuffer::HugeBuffer(HugeBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      map_base_(std::exchange(o.map_base_, nullptr)),
+      map_len_(std::exchange(o.map_len_, 0)) {}
+
+HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    map_base_ = std::exchange(o.map_base_, nullptr);
+    map_len_ = std::exchange(o.map_len_, 0);
+  }
+  return *this;
+}
+
+void HugeBuffer::reset() noexcept {
+  if (map_base_ != nullptr) ::munmap(map_base_, map_len_);
+  map_base_ = nullptr;
+  map_len_ = 0;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+HugeArena::Piece HugeArena::allocate(size_t size, std::string_view what) {
+  const size_t at = (used_ + 63) & ~size_t{63};
+  if (!cur_ || at + size > cur_->size()) {
+    if (size >= chunk_) {  // a buffer of its own; the current one keeps taking the small pieces
+      auto own = std::make_shared<HugeBuffer>(size, what);
+      return {own->bytes(), own};
+    }
+    cur_ = std::make_shared<HugeBuffer>(chunk_, what);
+    used_ = size;
+    return {cur_->bytes().first(size), cur_};
+  }
+  used_ = at + size;
+  return {cur_->bytes().subspan(at, size), cur_};
+}
+
+MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path), mode_(mode) {
   const Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) fail(ErrorKind::Io, "cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
@@ -45,34 +106,26 @@ MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
     size_ = size;
     return;
   }
-  // MapMode::Memory: over-allocate by one huge page so the data can start 2 MiB aligned.
-  const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t len = rounded + kHugePage;
-  void* base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED)
-    fail(ErrorKind::Io, "cannot allocate {} bytes to load '{}': {}", len, path, std::strerror(errno));
-  map_base_ = base;
-  map_len_ = len;
-  auto* p =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
-  // A kernel without THP refuses the advice (EINVAL): the load still works with 4 KiB pages, only
-  // slower, so that is not an error.
-  (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  // MapMode::Memory: huge-page memory filled from the file, then made read-only.
+  mem_ = HugeBuffer(size, "'" + path + "'");
+  uint8_t* p = mem_.data();
   size_t off = 0;
   while (off < size) {
     const ssize_t r = ::pread(f.fd, p + off, size - off, static_cast<off_t>(off));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       const int e = r < 0 ? errno : 0;
-      reset();
+      mem_ = HugeBuffer();
       fail(ErrorKind::Io, "cannot read '{}' at byte offset {} of {}: {}", path, off, size,
            e ? std::strerror(e) : "unexpected end of file");
     }
     off += static_cast<size_t>(r);
   }
-  ::mprotect(base, len, PROT_READ);
+  ::mprotect(p, (size + kHugePage - 1) / kHugePage * kHugePage, PROT_READ);
   data_ = p;
   size_ = size;
+  // Kept for release(): the same inode, even if the path is replaced (an atomic rename) later.
+  fd_ = ::dup(f.fd);
 }
 
 MappedFile::~MappedFile() {
@@ -83,8 +136,11 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
       path_(std::move(o.path_)),
+      mode_(o.mode_),
       map_base_(std::exchange(o.map_base_, nullptr)),
-      map_len_(std::exchange(o.map_len_, 0)) {}
+      map_len_(std::exchange(o.map_len_, 0)),
+      mem_(std::move(o.mem_)),
+      fd_(std::exchange(o.fd_, -1)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
@@ -92,8 +148,11 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     path_ = std::move(o.path_);
+    mode_ = o.mode_;
     map_base_ = std::exchange(o.map_base_, nullptr);
     map_len_ = std::exchange(o.map_len_, 0);
+    mem_ = std::move(o.mem_);
+    fd_ = std::exchange(o.fd_, -1);
   }
   return *this;
 }
@@ -102,8 +161,41 @@ void MappedFile::reset() noexcept {
   if (map_base_ != nullptr) ::munmap(map_base_, map_len_);
   map_base_ = nullptr;
   map_len_ = 0;
+  mem_ = HugeBuffer();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   data_ = nullptr;
   size_ = 0;
+}
+
+void MappedFile::release(std::span<const uint8_t> range) const {
+  if (range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  if (mode_ == MapMode::Mmap) return release_pages(range);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t lo = static_cast<size_t>(range.data() - data_), hi = lo + range.size();
+  const size_t a = (lo + page - 1) / page * page, b = hi / page * page;
+  if (b <= a) return;
+  if (fd_ < 0) return;  // dup failed at load: the anonymous copy stays resident, still correct
+  // data_ is 2 MiB aligned, so address data_ + a and file offset a are both page aligned.
+  void* at = const_cast<uint8_t*>(data_) + a;
+  if (::mmap(at, b - a, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd_, static_cast<off_t>(a)) != MAP_FAILED) return;
+  // A failed MAP_FIXED may have unmapped the range: put anonymous memory back and read the bytes.
+  const int e = errno;
+  if (::mmap(at, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+      MAP_FAILED) {
+    size_t off = 0;
+    while (off < b - a) {
+      const ssize_t r =
+          ::pread(fd_, static_cast<uint8_t*>(at) + off, b - a - off, static_cast<off_t>(a + off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      off += static_cast<size_t>(r);
+    }
+    ::mprotect(at, b - a, PROT_READ);
+    if (off == b - a) return;
+  }
+  fail(ErrorKind::Io, "cannot map bytes [{}, {}) of '{}' back after releasing them: {}", a, b, path_,
+       std::strerror(e));
 }
 
 void release_pages(std::span<const uint8_t> bytes) noexcept {

@@ -43,6 +43,93 @@ TEST(MappedFile, MmapAndMemoryModesSeeTheSameBytes) {
   std::filesystem::remove(path);
 }
 
+// The line of /proc/self/maps whose range holds `addr` ("" when none).
+std::string mapping_of(const void* addr) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0;  // NOLINT(google-runtime-int): sscanf's %lx
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi) return line;
+  }
+  return "";
+}
+
+// release(): the bytes stay the file's; in Memory mode the released whole pages are a file mapping
+// again (so they left the anonymous resident set) while the pages around them stay anonymous.
+TEST(MappedFile, ReleasedPagesStillReadTheFile) {
+  const std::string path = temp_path("cortiq-release");
+  std::vector<uint8_t> want((size_t{3} << 20) + 777);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>((i * 40503u) >> 7);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(want.data()), static_cast<std::streamsize>(want.size()));
+  }
+  for (MapMode mode : {MapMode::Mmap, MapMode::Memory}) {
+    MappedFile m(path, mode);
+    const size_t lo = 100000, hi = (size_t{2} << 20) + 5000;
+    m.release(m.bytes().subspan(lo, hi - lo));
+    m.release(std::span<const uint8_t>(want.data(), 100));  // not inside the file: ignored
+    EXPECT_EQ(std::vector<uint8_t>(m.bytes().begin(), m.bytes().end()), want);
+    if (mode == MapMode::Memory) {
+      const std::string name = std::filesystem::path(path).filename().string();
+      EXPECT_NE(mapping_of(m.data() + 4096 * 25).find(name), std::string::npos)
+          << mapping_of(m.data() + 4096 * 25);
+      EXPECT_EQ(mapping_of(m.data()).find(name), std::string::npos) << mapping_of(m.data());
+      EXPECT_EQ(mapping_of(m.data() + hi).find(name), std::string::npos) << mapping_of(m.data() + hi);
+    }
+  }
+  // Memory mode maps from the descriptor of the load: replacing the path changes nothing.
+  MappedFile m(path, MapMode::Memory);
+  std::filesystem::remove(path);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "another file";
+  }
+  m.release(m.bytes().subspan(4096, 3 * 4096));
+  EXPECT_EQ(std::vector<uint8_t>(m.bytes().begin(), m.bytes().end()), want);
+  std::filesystem::remove(path);
+}
+
+TEST(HugeBuffer, ZeroFilledAlignedWritable) {
+  HugeBuffer b(size_t{3} << 20, "a test buffer");
+  ASSERT_EQ(b.size(), size_t{3} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(b.data()[0], 0);
+  EXPECT_EQ(b.data()[b.size() - 1], 0);
+  b.data()[b.size() - 1] = 7;
+  HugeBuffer moved = std::move(b);
+  EXPECT_EQ(moved.bytes().back(), 7);
+  EXPECT_EQ(b.data(), nullptr);  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_TRUE(HugeBuffer().bytes().empty());
+}
+
+// Small pieces share one buffer (64-byte aligned, back to back); a piece too big for the chunk gets a
+// buffer of its own and leaves the current one taking small pieces; a full chunk starts a new one.
+TEST(HugeArena, PiecesShareBuffersAndOutliveTheArena) {
+  HugeArena::Piece a, b, big, c, d;
+  {
+    HugeArena arena(size_t{1} << 20);
+    a = arena.allocate(100, "a");
+    b = arena.allocate(64, "b");
+    big = arena.allocate(size_t{3} << 20, "big");
+    c = arena.allocate(10, "c");
+    d = arena.allocate((size_t{1} << 20) - 100, "d");  // no room left in the first chunk
+  }
+  EXPECT_EQ(a.owner, b.owner);
+  EXPECT_EQ(a.owner, c.owner);
+  EXPECT_NE(a.owner, big.owner);
+  EXPECT_NE(a.owner, d.owner);
+  EXPECT_EQ(b.bytes.data(), a.bytes.data() + 128);
+  EXPECT_EQ(c.bytes.data(), a.bytes.data() + 192);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.bytes.data()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(big.bytes.size(), size_t{3} << 20);
+  EXPECT_EQ(d.bytes.size(), (size_t{1} << 20) - 100);
+  a.bytes[99] = 1;  // the buffers outlived the arena
+  big.bytes.back() = 2;
+  d.bytes.back() = 3;
+  EXPECT_EQ(b.bytes[0], 0);
+}
+
 TEST(MappedFile, EmptyFileAndErrors) {
   const std::string path = temp_path("cortiq-empty");
   { std::ofstream f(path, std::ios::binary); }
