@@ -65,7 +65,8 @@ int connect_loopback(int port) {
   return fd;
 }
 
-// One HTTP/1.1 request over a fresh loopback connection (Connection: close).
+// One HTTP/1.1 request over a fresh loopback connection (Connection: close). content_type "": a
+// request without Content-Type and Content-Length headers.
 Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
           const std::string& extra_headers = "", const std::string& content_type = "application/json") {
   Http r;
@@ -73,7 +74,7 @@ Http http(int port, const std::string& method, const std::string& path, const st
   if (fd < 0) return r;
   std::string req =
       method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
-  if (!body.empty() || method == "POST")
+  if ((!body.empty() || method == "POST") && !content_type.empty())  // "": neither header
     req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
   size_t off = 0;
@@ -551,6 +552,12 @@ TEST_F(ServeE2E, HttpErrorsLimitsAndAuth) {
   // A chunked body has no length to check up front (cpp-httplib would read any size): 411.
   r = http(port_, "POST", "/v1/completions", "5\r\nhello\r\n0\r\n\r\n",
            "Transfer-Encoding: chunked\r\n" + auth);
+  EXPECT_EQ(r.status, 411) << r.body;
+  EXPECT_EQ(r.j()["error"]["code"], "length_required") << r.body;
+  EXPECT_TRUE(alive());
+  // A POST without a Content-Length (`curl -X POST URL`): 411 at once, not a wait for the client
+  // to close the connection.
+  r = http(port_, "POST", "/v1/chat/completions", "", auth, "");
   EXPECT_EQ(r.status, 411) << r.body;
   EXPECT_EQ(r.j()["error"]["code"], "length_required") << r.body;
   EXPECT_TRUE(alive());

@@ -903,6 +903,16 @@ int run_server(const ServerOptions& opt) {
       res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A POST with neither a Content-Length nor chunked encoding (`curl -X POST URL` without -d)
+    // has, by RFC 9112 §6.3, an empty body, but cpp-httplib 0.11 would read until the client closes
+    // the connection or the 30 s read timeout passes, and then answer a bare 400: refused at once
+    // with 411 (RFC 9110 §15.5.12) instead, before any read.
+    if (req.method == "POST" && !req.has_header("Content-Length")) {
+      send_error(res, ApiError(411, "a POST needs a Content-Length header (and a JSON body)",
+                               "invalid_request_error", std::nullopt, "length_required"));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // Every route reads its body as JSON whatever the Content-Type says, as OpenAI's API and
     // llama.cpp's server do. `curl -d` sends application/x-www-form-urlencoded, and cpp-httplib
     // 0.11 refuses such a body over 8192 bytes (its compiled-in form limit, not --max-body) after
