@@ -110,15 +110,15 @@ json hf_config_from_gguf(const GgufFile& f) {
   if (a == m.end() || !a->is_string())
     fail(ErrorKind::Parse, "GGUF key 'general.architecture' is missing or not a string");
   Md md{m, a->get<std::string>()};
-  if (md.arch != "llama" && md.arch != "qwen2" && md.arch != "qwen3" && md.arch != "phi3")
+  const GgufArchitecture* known = nullptr;
+  for (const GgufArchitecture& k : kGgufArchitectureTable)
+    if (k.gguf == md.arch) known = &k;
+  if (!known)
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
          kGgufArchitectures);
   json c;
   c["model_type"] = md.arch;
-  c["architectures"] = json::array({md.arch == "llama"   ? "LlamaForCausalLM"
-                                    : md.arch == "qwen2" ? "Qwen2ForCausalLM"
-                                    : md.arch == "qwen3" ? "Qwen3ForCausalLM"
-                                                         : "Phi3ForCausalLM"});
+  c["architectures"] = json::array({std::string(known->hf_class)});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
   c["intermediate_size"] = md.need_uint("feed_forward_length");

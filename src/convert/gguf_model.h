@@ -19,7 +19,16 @@
 
 namespace cortiq::convert {
 
-/// GGUF `general.architecture` values convert_gguf takes.
+/// A GGUF `general.architecture` convert_gguf takes and the HF class its config.json names.
+struct GgufArchitecture {
+  std::string_view gguf;      ///< general.architecture (also the HF model_type)
+  std::string_view hf_class;  ///< config.json "architectures"
+};
+inline constexpr GgufArchitecture kGgufArchitectureTable[] = {{"llama", "LlamaForCausalLM"},
+                                                              {"qwen2", "Qwen2ForCausalLM"},
+                                                              {"qwen3", "Qwen3ForCausalLM"},
+                                                              {"phi3", "Phi3ForCausalLM"}};
+/// The names of kGgufArchitectureTable, for messages.
 inline constexpr std::string_view kGgufArchitectures = "llama, qwen2, qwen3, phi3";
 
 /// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,

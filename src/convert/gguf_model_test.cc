@@ -16,6 +16,14 @@
 namespace cortiq::convert {
 namespace {
 
+// The message list names exactly the table's architectures, in its order.
+TEST(GgufModel, ArchitectureListMatchesTheTable) {
+  std::string names;
+  for (const GgufArchitecture& a : kGgufArchitectureTable)
+    names += (names.empty() ? "" : ", ") + std::string(a.gguf);
+  EXPECT_EQ(names, kGgufArchitectures);
+}
+
 TEST(GgufModel, TensorNames) {
   EXPECT_EQ(hf_name_from_gguf("token_embd.weight"), "model.embed_tokens.weight");
   EXPECT_EQ(hf_name_from_gguf("output_norm.weight"), "model.norm.weight");

@@ -1,4 +1,5 @@
-// TensorSource over an opened .cmf file: tensors are read in place from the Reader's mmap.
+// TensorSource over an opened .cmf file: tensors are read in place from the Reader's mmap (or
+// memory); a model copies only what kernels::prepare_weight re-lays out, handing those pages back.
 #pragma once
 
 #include "cmf/reader.h"
@@ -6,8 +7,9 @@
 
 namespace cortiq::model {
 
-/// Zero-copy views of a cmf::Reader's tensors (the Reader must outlive this source and any model
-/// bound from it). Skill indirection (round 2) wraps this source.
+/// Zero-copy views of a cmf::Reader's tensors; release() forwards to Reader::release. The Reader
+/// must outlive this source and any model bound from it. Skill indirection (round 2) wraps this
+/// source.
 class CmfTensorSource : public TensorSource {
  public:
   explicit CmfTensorSource(const cmf::Reader& r) : r_(&r) {}

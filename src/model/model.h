@@ -87,7 +87,10 @@ struct SeqStep {
 /// decode loop allocates nothing in the model layer.
 class Model {
  public:
-  /// Binds `arch` to the tensors of `source` (kept by reference: must outlive the model).
+  /// Binds `arch` to the tensors of `source` (kept by reference: must outlive the model). Each
+  /// tensor goes through kernels::prepare_weight once (a tensor bound twice, as a tied embedding
+  /// is, shares one prepared view): q4_tiled ones are copied into q4_block layout in huge pages the
+  /// model owns, and source.release() gets their original bytes back piece by piece.
   /// Throws Error(Unsupported) for a layer type / feature this runtime does not execute or a
   /// dtype without a kernel (naming the tensor), Error(Parse) naming every missing required tensor
   /// or a tensor with an inconsistent shape.
