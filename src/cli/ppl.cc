@@ -3,15 +3,13 @@
 // is a terminal.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "cli/command.h"
 #include "runtime/perplexity.h"
 #include "runtime/session.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/progress.h"
 #include "util/utf8.h"
@@ -34,12 +32,7 @@ std::string tokens_str(size_t n) {
 }
 
 void ppl_cmd(const PplArgs& a) {
-  std::ifstream f(a.file, std::ios::binary);
-  const bool folder = std::filesystem::is_directory(a.file);  // opens, but reads as empty
-  if (!f || folder) fail(ErrorKind::Io, "cannot read '{}'{}", a.file, folder ? ": it is a folder" : "");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_file(a.file);
   // a text file, as the help says: binary input would be scored as byte-fallback noise
   if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
     fail(ErrorKind::Parse, "'{}' is not UTF-8 text: byte {} (0x{:02X}) starts no valid sequence", a.file, bad,
