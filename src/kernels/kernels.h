@@ -97,8 +97,10 @@ void check_weight(const WeightView& w);
 
 /// Where prepare_weight puts a copy and whom it tells about the original bytes.
 struct PrepareOptions {
-  /// Takes each range of the original payload once prepare_weight has copied it (about 1 MiB at a
-  /// time, in order), so a caller can hand those pages back as it goes (TensorSource::release).
+  /// Takes each range of the original payload once prepare_weight has copied it, so a caller can
+  /// hand those pages back as it goes (TensorSource::release): about 1 MiB at a time, back to back
+  /// in order, every range but the last ending at a 64 KiB-aligned address (so that page-granular
+  /// releases of consecutive ranges leave no page between them behind).
   std::function<void(std::span<const uint8_t> bytes)> release = nullptr;
   /// Memory for copies (tensors of one model share its 2 MiB pages); null: a HugeBuffer per copy.
   HugeArena* arena = nullptr;

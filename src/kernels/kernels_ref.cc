@@ -64,10 +64,23 @@ void relayout_q4_tiled(WeightView& w, const PrepareOptions& opt) {
   const std::string what = fmt::format("tensor '{}'", w.name);
   HugeArena::Piece dst = (opt.arena ? opt.arena : &own)->allocate(w.payload.size(), what);
   constexpr uint64_t kPiece = (uint64_t{1} << 20) / 18;  // groups per piece (~1 MiB of source)
+  constexpr uintptr_t kAlign = uintptr_t{64} << 10;      // release boundaries (any page size ≤ 64 KiB)
+  const uintptr_t base = reinterpret_cast<uintptr_t>(w.payload.data());
+  uint64_t released = 0;  // bytes of the source handed to opt.release so far
   for (uint64_t g = 0; g < groups; g += kPiece) {
     const uint64_t e = std::min(groups, g + kPiece);
     quant::q4_tiled_to_block(w.payload, dst.bytes, g, e);
-    if (opt.release) opt.release(w.payload.subspan(18 * g, 18 * (e - g)));
+    if (!opt.release) continue;
+    // Up to the last 64 KiB boundary inside what is copied, or to the end after the last piece.
+    uint64_t upto = w.payload.size();
+    if (e < groups) {
+      const uintptr_t end = (base + 18 * e) & ~(kAlign - 1);
+      upto = end > base ? end - base : 0;
+    }
+    if (upto > released) {
+      opt.release(w.payload.subspan(released, upto - released));
+      released = upto;
+    }
   }
   w.payload = dst.bytes;
   w.dtype = DType::Q4Block;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "util/error.h"
 
@@ -125,7 +126,7 @@ MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path), mod
   data_ = p;
   size_ = size;
   // Kept for release(): the same inode, even if the path is replaced (an atomic rename) later.
-  fd_ = ::dup(f.fd);
+  fd_ = ::fcntl(f.fd, F_DUPFD_CLOEXEC, 0);
 }
 
 MappedFile::~MappedFile() {
@@ -175,27 +176,33 @@ void MappedFile::release(std::span<const uint8_t> range) const {
   const size_t lo = static_cast<size_t>(range.data() - data_), hi = lo + range.size();
   const size_t a = (lo + page - 1) / page * page, b = hi / page * page;
   if (b <= a) return;
-  if (fd_ < 0) return;  // dup failed at load: the anonymous copy stays resident, still correct
+  if (fd_ < 0) return;  // no descriptor kept: the anonymous copy stays resident, still correct
   // data_ is 2 MiB aligned, so address data_ + a and file offset a are both page aligned.
   void* at = const_cast<uint8_t*>(data_) + a;
-  if (::mmap(at, b - a, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd_, static_cast<off_t>(a)) != MAP_FAILED) return;
-  // A failed MAP_FIXED may have unmapped the range: put anonymous memory back and read the bytes.
-  const int e = errno;
-  if (::mmap(at, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
-      MAP_FAILED) {
-    size_t off = 0;
-    while (off < b - a) {
-      const ssize_t r =
-          ::pread(fd_, static_cast<uint8_t*>(at) + off, b - a - off, static_cast<off_t>(a + off));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      off += static_cast<size_t>(r);
-    }
-    ::mprotect(at, b - a, PROT_READ);
-    if (off == b - a) return;
+  const size_t len = b - a;
+  if (::mmap(at, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd_, static_cast<off_t>(a)) != MAP_FAILED) return;
+  const int map_errno = errno;
+  // A failed MAP_FIXED normally leaves the old mapping as it was (ENOMEM from the map count limit,
+  // say): then the pages simply stay resident. mincore fails with ENOMEM only for unmapped pages.
+  std::vector<unsigned char> resident((len + page - 1) / page);
+  if (::mincore(at, len, resident.data()) == 0 || errno != ENOMEM) return;
+  // The range was unmapped: put anonymous memory back and read the bytes into it again.
+  if (::mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+    fail(ErrorKind::Io,
+         "bytes [{}, {}) of '{}' were unmapped by a failed remap ({}) and cannot be mapped again: {}", a, b,
+         path_, std::strerror(map_errno), std::strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    const ssize_t r = ::pread(fd_, static_cast<uint8_t*>(at) + off, len - off, static_cast<off_t>(a + off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      fail(ErrorKind::Io,
+           "bytes [{}, {}) of '{}' were unmapped by a failed remap ({}); reading them again failed at {}: {}",
+           a, b, path_, std::strerror(map_errno), a + off,
+           r < 0 ? std::strerror(errno) : "unexpected end of file");
+    off += static_cast<size_t>(r);
   }
-  fail(ErrorKind::Io, "cannot map bytes [{}, {}) of '{}' back after releasing them: {}", a, b, path_,
-       std::strerror(e));
+  ::mprotect(at, len, PROT_READ);
 }
 
 void release_pages(std::span<const uint8_t> bytes) noexcept {

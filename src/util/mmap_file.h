@@ -92,12 +92,18 @@ class MappedFile {
 
   /// Hands the whole pages inside `range` (which must lie within bytes()) back to the kernel, for a
   /// caller that made its own copy of those bytes: they leave the resident set, and a later read
-  /// still sees the file's bytes. Mmap: madvise(MADV_DONTNEED) (release_pages). Memory: the pages
+  /// sees the file's bytes again. Mmap: madvise(MADV_DONTNEED) (release_pages). Memory: the pages
   /// are mapped again, read-only and lazily, from the file descriptor kept open since the load (the
   /// same inode even if the path was replaced since; the data is 2 MiB aligned, so page-aligned
-  /// addresses match page-aligned file offsets). Pages shared with bytes outside the range are kept;
-  /// a range outside bytes() is ignored. Throws Error(Io) only when the file mapping fails and
-  /// anonymous memory refilled from the file cannot take its place either.
+  /// addresses match page-aligned file offsets). Released pages are then no longer a private
+  /// snapshot: like an mmap, they show the file's current contents, so a file overwritten in place
+  /// after the load changes them, and one truncated makes reading them fail (SIGBUS). Release
+  /// adjacent ranges in order and split at page boundaries: each call's partial first and last
+  /// pages are kept, and each call can add a mapping (the kernel merges adjacent ones of the same
+  /// file). Pages shared with bytes outside the range are kept; a range outside bytes() is ignored.
+  /// Best effort: when the remap fails and the old mapping is still there (e.g. the process's map
+  /// count limit), the pages simply stay resident. Throws Error(Io) only when a failed remap left
+  /// the range unmapped and its bytes cannot be mapped and read back.
   void release(std::span<const uint8_t> range) const;
 
  private:

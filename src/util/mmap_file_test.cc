@@ -70,7 +70,15 @@ TEST(MappedFile, ReleasedPagesStillReadTheFile) {
     m.release(m.bytes().subspan(lo, hi - lo));
     m.release(std::span<const uint8_t>(want.data(), 100));  // not inside the file: ignored
     EXPECT_EQ(std::vector<uint8_t>(m.bytes().begin(), m.bytes().end()), want);
+    // Released in two adjacent calls split at a page boundary: one mapping in Memory mode.
+    const size_t lo2 = (size_t{2} << 20) + 3 * 4096 + 5, mid = (size_t{2} << 20) + 40 * 4096,
+                 hi2 = (size_t{2} << 20) + 90 * 4096 + 7;
+    m.release(m.bytes().subspan(lo2, mid - lo2));
+    m.release(m.bytes().subspan(mid, hi2 - mid));
+    EXPECT_EQ(std::vector<uint8_t>(m.bytes().begin(), m.bytes().end()), want);
     if (mode == MapMode::Memory) {
+      EXPECT_EQ(mapping_of(m.data() + lo2 + 4096), mapping_of(m.data() + hi2 - 4096));
+      EXPECT_NE(mapping_of(m.data() + lo2 + 4096), mapping_of(m.data() + hi2 + 4096));
       const std::string name = std::filesystem::path(path).filename().string();
       EXPECT_NE(mapping_of(m.data() + 4096 * 25).find(name), std::string::npos)
           << mapping_of(m.data() + 4096 * 25);
