@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "convert/gguf_model.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -50,8 +51,8 @@ void setup(CLI::App& root) {
       root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) or a GGUF file to CMF");
   c->add_option("model_dir", a->model_pos, "HF model directory or .gguf file (same as --model)");
   c->add_option("--model", a->model,
-                "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (llama, "
-                "qwen2, qwen3, phi3)");
+                "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (" +
+                    convert::gguf_architectures() + ")");
   c->add_option("-o,--output", a->output, "output .cmf path");
   c->add_option(
       "--quant", a->quant,

@@ -104,6 +104,13 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayerNa
 
 }  // namespace
 
+std::string gguf_architectures() {
+  std::string names;
+  for (const GgufArchitecture& a : kGgufArchitectureTable)
+    names += (names.empty() ? "" : ", ") + std::string(a.gguf);
+  return names;
+}
+
 json hf_config_from_gguf(const GgufFile& f) {
   const json& m = f.metadata();
   auto a = m.find("general.architecture");
@@ -115,7 +122,7 @@ json hf_config_from_gguf(const GgufFile& f) {
     if (k.gguf == md.arch) known = &k;
   if (!known)
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
-         kGgufArchitectures);
+         gguf_architectures());
   json c;
   c["model_type"] = md.arch;
   c["architectures"] = json::array({std::string(known->hf_class)});
@@ -199,7 +206,7 @@ std::string hf_name_from_gguf(std::string_view g, std::string_view arch) {
     }
   }
   fail(ErrorKind::Unsupported, "GGUF tensor '{}' has no HF counterpart this converter knows ({})", g,
-       kGgufArchitectures);
+       gguf_architectures());
 }
 
 void unpermute_qk_rows(std::span<float> w, uint64_t rows, uint64_t cols, uint32_t heads,

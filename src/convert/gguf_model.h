@@ -28,8 +28,8 @@ inline constexpr GgufArchitecture kGgufArchitectureTable[] = {{"llama", "LlamaFo
                                                               {"qwen2", "Qwen2ForCausalLM"},
                                                               {"qwen3", "Qwen3ForCausalLM"},
                                                               {"phi3", "Phi3ForCausalLM"}};
-/// The names of kGgufArchitectureTable, for messages.
-inline constexpr std::string_view kGgufArchitectures = "llama, qwen2, qwen3, phi3";
+/// The `gguf` names of kGgufArchitectureTable joined with ", " ("llama, qwen2, …"), for messages.
+std::string gguf_architectures();
 
 /// The HF config.json a GGUF's metadata stands for (model_type, hidden_size, intermediate_size,
 /// num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,
@@ -51,7 +51,7 @@ nlohmann::json hf_config_from_gguf(const GgufFile& f);
 /// factor.
 std::optional<nlohmann::json> rope_scaling_from_gguf(const nlohmann::json& metadata, const std::string& arch);
 
-/// The HF tensor name of a GGUF tensor of a model of GGUF architecture `arch` (kGgufArchitectures):
+/// The HF tensor name of a GGUF tensor of a model of GGUF architecture `arch` (kGgufArchitectureTable):
 /// `token_embd.weight` → `model.embed_tokens.weight`, `blk.3.attn_q.weight` →
 /// `model.layers.3.self_attn.q_proj.weight`, `output.weight` → `lm_head.weight`, … ; phi3's fused
 /// `attn_qkv` / `ffn_up` → `self_attn.qkv_proj` / `mlp.gate_up_proj` (HF's Phi3 names); "" for
