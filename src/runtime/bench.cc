@@ -200,15 +200,15 @@ BandwidthProbe::BandwidthProbe(kernels::ThreadPool& pool, uint64_t buffer_bytes)
   if (buffer_bytes < (uint64_t{1} << 20))
     fail(ErrorKind::InvalidArgument, "bandwidth buffer of {} bytes is below 1 MiB", buffer_bytes);
   // A HugeBuffer, as the weights of a --no-mmap load are: the read then measures DRAM, not page walks.
-  n_ = static_cast<size_t>(buffer_bytes) & ~size_t{4095};
-  buf_ = HugeBuffer(n_, "the bandwidth probe");
+  buf_ = HugeBuffer(static_cast<size_t>(buffer_bytes) & ~size_t{4095}, "the bandwidth probe");
+  const size_t n = buf_.size();
   // Touch every page with distinct bytes (from every thread's slice, so pages are local to it).
   const size_t nt = pool_.size();
-  slice_ = ((n_ / nt) + 255) & ~size_t{255};
+  slice_ = ((n / nt) + 255) & ~size_t{255};
   sink_.assign(nt, 0);
   pool_.parallel_for(nt, [&](size_t b, size_t e) {
     for (size_t t = b; t < e; ++t) {
-      const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
+      const size_t lo = std::min(n, t * slice_), hi = std::min(n, lo + slice_);
       for (size_t i = lo; i < hi; ++i) buf_.data()[i] = static_cast<uint8_t>(i * 131 + 7);
     }
   });
@@ -231,17 +231,17 @@ Bandwidth BandwidthProbe::measure(size_t passes) {
     const auto t0 = clock::now();
     pool_.parallel_for(nt, [&](size_t b, size_t e) {
       for (size_t t = b; t < e; ++t) {
-        const size_t lo = std::min(n_, t * slice_), hi = std::min(n_, lo + slice_);
+        const size_t lo = std::min(buf_.size(), t * slice_), hi = std::min(buf_.size(), lo + slice_);
         sink_[t] ^= rd(buf_.data() + lo, hi - lo);
       }
     });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
-    gbs.push_back(static_cast<double>(n_) / s / 1e9);
+    gbs.push_back(static_cast<double>(buf_.size()) / s / 1e9);
   }
   Bandwidth bw;
   bw.best_gbs = *std::max_element(gbs.begin(), gbs.end());
   bw.mean_gbs = mean_sd(gbs).mean;
-  bw.buffer_bytes = n_;
+  bw.buffer_bytes = buf_.size();
   bw.threads = nt;
   return bw;
 }

@@ -115,8 +115,8 @@ class BandwidthProbe {
 
  private:
   kernels::ThreadPool& pool_;
-  HugeBuffer buf_;
-  size_t n_ = 0, slice_ = 0;
+  HugeBuffer buf_;  // the probe's bytes (buffer_bytes rounded down to 4 KiB)
+  size_t slice_ = 0;
   std::vector<uint64_t> sink_;
 };
 
