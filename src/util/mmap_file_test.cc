@@ -19,15 +19,19 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
 }
 
+/// `size` bytes of a position-dependent pattern (byte i: (i·mul) >> shift) written to `path`.
+std::vector<uint8_t> write_pattern(const std::string& path, size_t size, uint32_t mul, int shift) {
+  std::vector<uint8_t> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>((i * mul) >> shift);
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
+
 // A file larger than one huge page with a position-dependent pattern, read back through both modes.
 TEST(MappedFile, MmapAndMemoryModesSeeTheSameBytes) {
   const std::string path = temp_path("cortiq-mapped");
-  std::vector<uint8_t> want((size_t{5} << 20) + 12345);
-  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  {
-    std::ofstream f(path, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(want.data()), static_cast<std::streamsize>(want.size()));
-  }
+  const std::vector<uint8_t> want = write_pattern(path, (size_t{5} << 20) + 12345, 2654435761u, 13);
   for (MapMode mode : {MapMode::Mmap, MapMode::Memory}) {
     MappedFile m(path, mode);
     ASSERT_EQ(m.size(), want.size());
@@ -58,12 +62,7 @@ std::string mapping_of(const void* addr) {
 // again (so they left the anonymous resident set) while the pages around them stay anonymous.
 TEST(MappedFile, ReleasedPagesStillReadTheFile) {
   const std::string path = temp_path("cortiq-release");
-  std::vector<uint8_t> want((size_t{3} << 20) + 777);
-  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>((i * 40503u) >> 7);
-  {
-    std::ofstream f(path, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(want.data()), static_cast<std::streamsize>(want.size()));
-  }
+  const std::vector<uint8_t> want = write_pattern(path, (size_t{3} << 20) + 777, 40503u, 7);
   for (MapMode mode : {MapMode::Mmap, MapMode::Memory}) {
     MappedFile m(path, mode);
     const size_t lo = 100000, hi = (size_t{2} << 20) + 5000;
