@@ -37,6 +37,7 @@ class HugeBuffer {
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
 
+  /// The buffer: [size] bytes, 2 MiB aligned; nullptr / 0 / empty for an empty or moved-from one.
   uint8_t* data() const noexcept { return data_; }
   size_t size() const noexcept { return size_; }
   std::span<uint8_t> bytes() const noexcept { return {data_, size_}; }
@@ -88,6 +89,7 @@ class MappedFile {
   const uint8_t* data() const noexcept { return data_; }
   size_t size() const noexcept { return size_; }
   const std::string& path() const noexcept { return path_; }
+  /// How the bytes were brought in (the constructor's mode).
   MapMode mode() const noexcept { return mode_; }
 
   /// Hands the whole pages inside `range` (which must lie within bytes()) back to the kernel, for a
