@@ -213,8 +213,9 @@ void run_cmd(const RunArgs& a) {
     if (!chat) session.reset();
     try {
       turn(line);
-    } catch (const Error& e) {  // e.g. one message longer than the context: the session goes on
+    } catch (const std::exception& e) {  // e.g. one message longer than the context: the chat goes on
       if (chat && !messages.empty() && messages.back().role == "user") messages.pop_back();
+      session.reset();  // a turn that failed mid-way leaves its cache unknown
       std::fprintf(stderr, "Error: %s\n", e.what());
       continue;
     }

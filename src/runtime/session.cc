@@ -214,8 +214,7 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
     res.ids.push_back(next);
     seen.push_back(next);
     if (std::find(lm_->eos_ids.begin(), lm_->eos_ids.end(), next) != lm_->eos_ids.end()) {
-      res.finish = "stop";
-      stopped = true;
+      res.finish = "stop";  // what the decoder still holds is flushed below
       break;
     }
     if (dec) {
@@ -241,7 +240,18 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
     lm_->model->forward(std::span<const uint32_t>(&next, 1), kv_, logits);
     history_.push_back(next);
   }
-  if (dec && !stopped) full += dec->flush();
+  if (dec && !stopped) {
+    // The end: a byte run or an incomplete character the decoder held back, then the stop strings
+    // once more over it (the text sent so far cannot hold one: it kept max_stop - 1 bytes back).
+    full += dec->flush();
+    size_t cut = std::string::npos;
+    for (const auto& s : gp.stop_strings)
+      if (!s.empty()) cut = std::min(cut, full.find(s));
+    if (cut != std::string::npos) {
+      full.resize(cut);
+      res.finish = "stop";
+    }
+  }
   emit_upto(full.size());
   res.text = full;
   res.total_s = std::chrono::duration<double>(clock::now() - t0).count();

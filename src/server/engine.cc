@@ -178,15 +178,176 @@ TokenLogprob logprob_of(std::span<const float> logits, uint32_t id, int top) {
     std::vector<uint32_t> idx(logits.size());
     for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
     const size_t k = std::min<size_t>(static_cast<size_t>(top), idx.size());
-    std::partial_sort(
-        idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-        [&](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                      [&](uint32_t a, uint32_t b) {
+                        // Best first; under an exact tie the chosen token first, then lower ids.
+                        if (logits[a] != logits[b]) return logits[a] > logits[b];
+                        if ((a == id) != (b == id)) return a == id;
+                        return a < b;
+                      });
     for (size_t i = 0; i < k; ++i) t.top.emplace_back(idx[i], logits[idx[i]] - lse);
   }
   return t;
 }
 
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 }  // namespace
+
+void Engine::fail_slot(Slot& s, const std::string& error) {
+  s.kv.truncate(0);  // what a failed step left in the cache is unknown
+  s.cached.clear();
+  finish(s, "error", error);
+}
+
+void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) {
+  std::vector<size_t> before(active.size());
+  for (size_t i = 0; i < active.size(); ++i) before[i] = active[i]->kv.size();
+  std::vector<std::string> errors(active.size());
+  try {
+    backend_->run(items);
+  } catch (...) {
+    // Find the culprit: every sequence goes back to its cache before the step and runs alone
+    // (bit-identical to the batched step, Model::forward_batch contract); only those that fail
+    // again end, with their error.
+    const std::string batch_error = what_of(std::current_exception());
+    for (size_t i = 0; i < active.size(); ++i) {
+      active[i]->kv.truncate(before[i]);
+      try {
+        backend_->run(items.subspan(i, 1));
+      } catch (...) {
+        errors[i] = what_of(std::current_exception());
+        if (errors[i].empty()) errors[i] = batch_error;
+      }
+    }
+  }
+  for (size_t i = 0; i < active.size(); ++i) {
+    Slot& s = *active[i];
+    if (!errors[i].empty()) {
+      fail_slot(s, "generation failed: " + errors[i]);
+      continue;
+    }
+    // Anything that goes wrong after the forward (sampling, detokenization, a callback) ends this
+    // sequence alone; the others of the step go on.
+    try {
+      advance(s, items[i]);
+    } catch (...) {
+      if (s.job) fail_slot(s, "generation failed: " + what_of(std::current_exception()));
+    }
+  }
+}
+
+void Engine::advance(Slot& slot, const StepItem& item) {
+  Slot* s = &slot;
+  Job& job = *s->job;
+  if (s->prefilled) {
+    s->cached.push_back(s->last);
+  } else if (job.prompt_logprobs) {
+    // Row j of the chunk's logits predicts the prompt token after position scored + j.
+    const std::span<const uint32_t> toks = item.tokens;
+    const size_t V = s->logits.size(), n = job.prompt.size();
+    for (size_t j = 0; j < toks.size(); ++j)
+      if (s->scored + j + 1 < n)
+        job.prompt_lps.push_back(logprob_of(std::span<const float>(s->chunk_logits).subspan(j * V, V),
+                                            job.prompt[s->scored + j + 1], std::max(job.top_logprobs, 0)));
+    s->cached.insert(s->cached.end(), toks.begin(), toks.end());
+    s->scored += toks.size();
+    if (s->scored < n) return;  // more of the prompt next step
+    std::copy_n(s->chunk_logits.end() - static_cast<std::ptrdiff_t>(V), V, s->logits.begin());
+    std::vector<float>().swap(s->chunk_logits);
+  } else {
+    s->cached.insert(s->cached.end(), job.prompt.begin() + static_cast<std::ptrdiff_t>(s->reuse),
+                     job.prompt.end());
+  }
+  s->prefilled = true;
+  if (job.max_tokens == 0) {  // the prompt scored, nothing to generate
+    finish(*s, "length");
+    return;
+  }
+  // Job's adjustments (see Job::repeat_penalty): the logprobs below are of this distribution,
+  // the one greedy decoding takes its maximum of, before temperature and truncation.
+  std::span<float> logits(s->logits);
+  if (job.repeat_penalty != 1.0f) runtime::apply_penalties(logits, s->seen, job.repeat_penalty, 0.0f);
+  if (job.frequency_penalty != 0.0f || job.presence_penalty != 0.0f)
+    for (const auto& [id, n] : s->counts)
+      logits[id] -= job.frequency_penalty * static_cast<float>(n) + job.presence_penalty;
+  for (const auto& [id, bias] : job.logit_bias) logits[id] += bias;
+  std::optional<TokenLogprob> lp;
+  const uint32_t next = [&] {
+    if (job.top_logprobs < 0) return s->sampler->sample(logits, s->seen);
+    std::vector<float> raw(logits.begin(), logits.end());
+    const uint32_t id = s->sampler->sample(logits, s->seen);
+    lp = logprob_of(raw, id, job.top_logprobs);
+    return id;
+  }();
+  ++s->generated;
+  ++s->counts[next];
+  s->seen.push_back(next);
+  s->last = next;
+  const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
+  // The sequence ends here unless a stop string ends it first; an ending sequence flushes what the
+  // decoder holds back (a byte run the end-of-turn token closes, an incomplete character).
+  const bool ending = is_eos || s->generated >= job.max_tokens || s->kv.size() >= s->kv.capacity();
+  const size_t text_begin = s->full.size();
+  if (s->dec && !is_eos) {
+    if (std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end()) {
+      s->full += s->dec->flush();
+      s->full += lm_.tokenizer->id_to_token(next);
+    } else {
+      s->full += s->dec->push(next);
+    }
+  }
+  if (s->dec && ending) s->full += s->dec->flush();
+  // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
+  // logprobs tokens joined give the content). The logprob is recorded between the decode and
+  // the stop-string cut below, which drops it again when its token wrote only stop text.
+  if (lp && !is_eos) s->pending_lp.push_back({std::move(*lp), text_begin, s->full.size()});
+  std::string reason = is_eos ? "stop" : ending ? "length" : "";
+  if (s->dec) {
+    size_t cut = std::string::npos;
+    for (const auto& st : job.stop) cut = std::min(cut, s->full.find(st));
+    if (cut != std::string::npos) {
+      s->full.resize(cut);
+      reason = "stop";
+      // the tokens that wrote only stop-string text go with it
+      std::erase_if(s->pending_lp, [cut](const Slot::PendingLp& p) { return p.begin >= cut; });
+    }
+  }
+  size_t upto;
+  if (!reason.empty()) {
+    upto = s->full.size();
+  } else {
+    // hold back only what may still become a stop string (llama.cpp's server does the same)
+    size_t hold = 0;
+    for (const auto& st : job.stop) hold = std::max(hold, partial_tag_suffix(s->full, st));
+    upto = utf8_safe_prefix(s->full, s->full.size() - hold);
+  }
+  // the logprobs of the tokens whose text is out with this call (all of them at the end)
+  size_t nlp = 0;
+  while (nlp < s->pending_lp.size() && (!reason.empty() || s->pending_lp[nlp].end <= upto)) ++nlp;
+  if ((upto > s->emitted || nlp > 0) && job.on_text) {
+    std::vector<TokenLogprob> lps;
+    lps.reserve(nlp);
+    for (size_t k = 0; k < nlp; ++k) lps.push_back(std::move(s->pending_lp[k].lp));
+    s->pending_lp.erase(s->pending_lp.begin(), s->pending_lp.begin() + static_cast<std::ptrdiff_t>(nlp));
+    try {
+      job.on_text(std::string_view(s->full).substr(s->emitted, upto > s->emitted ? upto - s->emitted : 0),
+                  std::move(lps));
+    } catch (...) {
+      job.cancel = true;
+    }
+  }
+  s->emitted = std::max(s->emitted, upto);
+  if (!reason.empty()) finish(*s, reason);
+}
 
 void Engine::loop() {
   std::vector<Slot*> active;
@@ -227,11 +388,7 @@ void Engine::loop() {
         prompt_tokens_ += x.job->prompt.size();
         reused_tokens_ += x.reuse;
         x.job->cached_tokens = x.reuse;
-        x.sampler.emplace(x.job->sampler);
-        if (lm_.tokenizer) {
-          x.dec.emplace(*lm_.tokenizer, true);
-          x.dec->prime(x.job->prompt);  // the output continues the prompt (SentencePiece's leading space)
-        }
+        x.sampler.reset();  // made by start_slot, outside the lock
         x.seen = x.job->prompt;
         x.counts.clear();
         x.generated = 0;
@@ -250,158 +407,63 @@ void Engine::loop() {
           finish(*s, "cancelled");
           continue;
         }
+        if (!s->sampler) try {
+            start_slot(*s);
+          } catch (...) {
+            fail_slot(*s, "cannot start the generation: " + what_of(std::current_exception()));
+            continue;
+          }
         active.push_back(s.get());
       }
     if (active.empty()) continue;
-
-    // One step: the forward of every active sequence (prefill for new ones, one token otherwise).
-    std::vector<StepItem> items;
-    items.reserve(active.size());
-    for (Slot* s : active) {
-      const std::span<const uint32_t> prompt(s->job->prompt);
-      if (s->prefilled) {
-        items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->job->mask});
-      } else if (s->job->prompt_logprobs) {
-        const size_t t = std::min(kPromptScoreChunk, prompt.size() - s->scored);
-        s->chunk_logits.resize(t * s->logits.size());
-        items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->job->mask, true});
-      } else {
-        items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->job->mask});
-      }
-    }
-    std::vector<std::string> errors(active.size());
     try {
-      backend_->run(items);
-    } catch (...) {
-      // Find the culprit(s): rerun one by one from a clean state is not possible once KV advanced,
-      // so every sequence of a failed step ends with an error.
-      std::string msg = "generation failed";
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        msg = e.what();
-      }
-      for (Slot* s : active) {
-        s->kv.truncate(0);  // what the failed step left in the cache is unknown
-        s->cached.clear();
-        finish(*s, "error", msg);
-      }
-      continue;
-    }
-
-    for (size_t i = 0; i < active.size(); ++i) {
-      Slot* s = active[i];
-      Job& job = *s->job;
-      if (s->prefilled) {
-        s->cached.push_back(s->last);
-      } else if (job.prompt_logprobs) {
-        // Row j of the chunk's logits predicts the prompt token after position scored + j.
-        const std::span<const uint32_t> toks = items[i].tokens;
-        const size_t V = s->logits.size(), n = job.prompt.size();
-        for (size_t j = 0; j < toks.size(); ++j)
-          if (s->scored + j + 1 < n)
-            job.prompt_lps.push_back(logprob_of(std::span<const float>(s->chunk_logits).subspan(j * V, V),
-                                                job.prompt[s->scored + j + 1],
-                                                std::max(job.top_logprobs, 0)));
-        s->cached.insert(s->cached.end(), toks.begin(), toks.end());
-        s->scored += toks.size();
-        if (s->scored < n) continue;  // more of the prompt next step
-        std::copy_n(s->chunk_logits.end() - static_cast<std::ptrdiff_t>(V), V, s->logits.begin());
-        std::vector<float>().swap(s->chunk_logits);
-      } else {
-        s->cached.insert(s->cached.end(), job.prompt.begin() + static_cast<std::ptrdiff_t>(s->reuse),
-                         job.prompt.end());
-      }
-      s->prefilled = true;
-      if (job.max_tokens == 0) {  // the prompt scored, nothing to generate
-        finish(*s, "length");
-        continue;
-      }
-      // Job's adjustments (see Job::repeat_penalty): the logprobs below are of this distribution,
-      // the one greedy decoding takes its maximum of, before temperature and truncation.
-      std::span<float> logits(s->logits);
-      if (job.repeat_penalty != 1.0f) runtime::apply_penalties(logits, s->seen, job.repeat_penalty, 0.0f);
-      if (job.frequency_penalty != 0.0f || job.presence_penalty != 0.0f)
-        for (const auto& [id, n] : s->counts)
-          logits[id] -= job.frequency_penalty * static_cast<float>(n) + job.presence_penalty;
-      for (const auto& [id, bias] : job.logit_bias) logits[id] += bias;
-      std::optional<TokenLogprob> lp;
-      const uint32_t next = [&] {
-        if (job.top_logprobs < 0) return s->sampler->sample(logits, s->seen);
-        std::vector<float> raw(logits.begin(), logits.end());
-        const uint32_t id = s->sampler->sample(logits, s->seen);
-        lp = logprob_of(raw, id, job.top_logprobs);
-        return id;
-      }();
-      ++s->generated;
-      ++s->counts[next];
-      s->seen.push_back(next);
-      s->last = next;
-      std::string reason;
-      const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
-      const size_t text_begin = s->full.size();
-      if (is_eos) {
-        reason = "stop";
-      } else if (s->dec) {
-        if (std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end()) {
-          s->full += s->dec->flush();
-          s->full += lm_.tokenizer->id_to_token(next);
-        } else {
-          s->full += s->dec->push(next);
-        }
-      }
-      // The end-of-turn token is not part of the text, so not of its logprobs either (OpenAI's
-      // logprobs tokens joined give the content). The logprob is recorded between the decode and
-      // the stop-string cut below, which drops it again when its token wrote only stop text.
-      if (lp && !is_eos) s->pending_lp.push_back({std::move(*lp), text_begin, s->full.size()});
-      if (!is_eos && s->dec) {
-        size_t cut = std::string::npos;
-        for (const auto& st : job.stop) cut = std::min(cut, s->full.find(st));
-        if (cut != std::string::npos) {
-          s->full.resize(cut);
-          reason = "stop";
-          // the tokens that wrote only stop-string text go with it
-          std::erase_if(s->pending_lp, [cut](const Slot::PendingLp& p) { return p.begin >= cut; });
-        }
-      }
-      if (reason.empty() && s->generated >= job.max_tokens) reason = "length";
-      if (reason.empty() && s->kv.size() >= s->kv.capacity()) reason = "length";
-      if (!reason.empty() && s->dec && reason != "stop") s->full += s->dec->flush();
-      size_t upto;
-      if (!reason.empty()) {
-        upto = s->full.size();
-      } else {
-        // hold back only what may still become a stop string (llama.cpp's server does the same)
-        size_t hold = 0;
-        for (const auto& st : job.stop) hold = std::max(hold, partial_tag_suffix(s->full, st));
-        upto = utf8_safe_prefix(s->full, s->full.size() - hold);
-      }
-      // the logprobs of the tokens whose text is out with this call (all of them at the end)
-      size_t nlp = 0;
-      while (nlp < s->pending_lp.size() && (!reason.empty() || s->pending_lp[nlp].end <= upto)) ++nlp;
-      if ((upto > s->emitted || nlp > 0) && job.on_text) {
-        std::vector<TokenLogprob> lps;
-        lps.reserve(nlp);
-        for (size_t k = 0; k < nlp; ++k) lps.push_back(std::move(s->pending_lp[k].lp));
-        s->pending_lp.erase(s->pending_lp.begin(), s->pending_lp.begin() + static_cast<std::ptrdiff_t>(nlp));
-        try {
-          job.on_text(std::string_view(s->full).substr(s->emitted, upto > s->emitted ? upto - s->emitted : 0),
-                      std::move(lps));
-        } catch (...) {
-          job.cancel = true;
-        }
-      }
-      s->emitted = std::max(s->emitted, upto);
-      if (!reason.empty()) finish(*s, reason);
+      step(active);
+    } catch (...) {  // run_step catches per sequence; this is the last line (e.g. out of memory)
+      const std::string why = what_of(std::current_exception());
+      for (Slot* s : active)
+        if (s->job) fail_slot(*s, "generation failed: " + why);
     }
   }
   // Shutdown: fail whatever is left.
   for (auto& s : slots_)
     if (s->job) finish(*s, "error", "server shutting down");
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& j : waiting_)
-    if (j->on_done) j->on_done("error", 0, "server shutting down");
-  waiting_.clear();
+  std::vector<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    left.assign(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+  }
+  for (auto& j : left) try {
+      if (j->on_done) j->on_done("error", 0, "server shutting down");
+    } catch (...) {
+    }
+}
+
+void Engine::start_slot(Slot& x) {
+  x.sampler.emplace(x.job->sampler);
+  if (lm_.tokenizer) {
+    x.dec.emplace(*lm_.tokenizer, true);
+    x.dec->prime(x.job->prompt);  // the output continues the prompt (SentencePiece's leading space)
+  }
+}
+
+void Engine::step(std::span<Slot* const> active) {
+  // One step: the forward of every active sequence (prefill for new ones, one token otherwise).
+  std::vector<StepItem> items;
+  items.reserve(active.size());
+  for (Slot* s : active) {
+    const std::span<const uint32_t> prompt(s->job->prompt);
+    if (s->prefilled) {
+      items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->job->mask});
+    } else if (s->job->prompt_logprobs) {
+      const size_t t = std::min(kPromptScoreChunk, prompt.size() - s->scored);
+      s->chunk_logits.resize(t * s->logits.size());
+      items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->job->mask, true});
+    } else {
+      items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->job->mask});
+    }
+  }
+  run_step(active, items);
 }
 
 }  // namespace cortiq::server

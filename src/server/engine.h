@@ -173,6 +173,20 @@ class Engine {
  private:
   struct Slot;
   void loop();
+  /// Runs one step's forward for `active` (items[i] is active[i]'s share) and advances each
+  /// sequence. A failed batch is retried one sequence at a time from the caches as they were before
+  /// the step, so only the sequences that fail alone end (with "error"); the same for an exception
+  /// while sampling or detokenizing one sequence. Never throws.
+  void run_step(std::span<Slot* const> active, std::span<StepItem> items);
+  /// Builds the step's items (prefill, prompt-scoring chunk or one token per sequence), then run_step.
+  void step(std::span<Slot* const> active);
+  /// Makes a newly admitted job's sampler and streaming decoder (outside the engine lock).
+  void start_slot(Slot& s);
+  /// After a successful forward: samples, detokenizes, applies stop rules and calls the job's
+  /// callbacks; may throw (run_step ends the sequence then).
+  void advance(Slot& s, const StepItem& item);
+  /// Ends a sequence with "error": its cache is dropped (a failed step leaves it unknown).
+  void fail_slot(Slot& s, const std::string& error);
   void finish(Slot& s, const std::string& reason, const std::string& error = {});
   /// Moves the waiting jobs whose client has gone (cancel set) out of the queue into `out`, counted
   /// as completed and cancelled; mu_ held. Their on_done is called after unlocking

@@ -357,6 +357,9 @@ struct DecSeq : Decoder {
   void apply(std::vector<std::string>& t, bool raw) const override {
     for (auto& d : items) d->apply(t, raw);
   }
+  bool merges_byte_runs() const override {
+    return std::any_of(items.begin(), items.end(), [](const auto& d) { return d->merges_byte_runs(); });
+  }
 };
 struct DecByteLevel : Decoder {
   void apply(std::vector<std::string>& tokens, bool raw) const override {
@@ -405,7 +408,17 @@ int hexval(char c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
+}  // namespace
+
+int byte_fallback_value(std::string_view t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  const int hi = hexval(t[3]), lo = hexval(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+namespace {
 struct DecByteFallback : Decoder {
+  bool merges_byte_runs() const override { return true; }
   void apply(std::vector<std::string>& tokens, bool raw) const override {
     std::vector<std::string> out;
     std::string bytes;
@@ -419,9 +432,8 @@ struct DecByteFallback : Decoder {
       bytes.clear();
     };
     for (auto& t : tokens) {
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hexval(t[3]) >= 0 &&
-          hexval(t[4]) >= 0) {
-        bytes.push_back(static_cast<char>(hexval(t[3]) * 16 + hexval(t[4])));
+      if (const int b = byte_fallback_value(t); b >= 0) {
+        bytes.push_back(static_cast<char>(b));
       } else {
         flush();
         out.push_back(std::move(t));

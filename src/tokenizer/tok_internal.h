@@ -101,6 +101,10 @@ struct Decoder {
   /// Decodes the token strings in place. `raw`: byte sequences that are not valid UTF-8 stay as
   /// they are (Tokenizer::token_bytes) instead of becoming U+FFFD as in HF's decode.
   virtual void apply(std::vector<std::string>& tokens, bool raw) const = 0;
+  /// True when the decoder joins runs of byte-fallback pieces ("<0x41>") and validates each run as
+  /// a whole (HF ByteFallback): a later byte piece can rewrite the text of the earlier ones in its
+  /// run, so a streaming decoder must hold a run back until a text piece closes it.
+  virtual bool merges_byte_runs() const { return false; }
 };
 struct Model {
   virtual ~Model() = default;
@@ -130,6 +134,9 @@ struct PostProcessor {
 std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& field);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::string& field);
 std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& field);
+/// The byte a byte-fallback piece stands for ("<0x0A>" → 10; hex digits of either case), or -1
+/// for any other piece.
+int byte_fallback_value(std::string_view piece);
 void parse_post_processor(const json& j, const std::string& field, const TokenLookup& lookup,
                           PostProcessor& out);
 /// model.vocab / model.merges captured by the SAX loader (tok_sax.cc) instead of the DOM.

@@ -303,7 +303,10 @@ TEST(Tokenizer, IncrementalDecoderHoldsIncompleteBytes) {
   EXPECT_EQ(dec.push(243), "");
   EXPECT_EQ(dec.push(162), "");
   EXPECT_EQ(dec.push(169), "");
-  EXPECT_EQ(dec.push(156), "\xF0\x9F\xA6\x99");
+  EXPECT_EQ(dec.push(156), "");  // a complete character, but a later byte could still void the run
+  EXPECT_EQ(dec.flush(), "\xF0\x9F\xA6\x99");
+  for (uint32_t id : {243u, 162u, 169u, 156u}) EXPECT_EQ(dec.push(id), "");
+  EXPECT_EQ(dec.push(*t->token_to_id("▁ok")), "\xF0\x9F\xA6\x99 ok");  // a text piece closes the run
 }
 
 // ---- bad input ---------------------------------------------------------------------------------
