@@ -90,7 +90,7 @@ void wait(Result& r) {
 class PoisonBackend : public cortiq::server::StepBackend {
  public:
   PoisonBackend(cortiq::model::Model& m, std::vector<uint32_t> poison, size_t at)
-      : inner_(m, nullptr), poison_(std::move(poison)), at_(at) {}
+      : inner_(m), poison_(std::move(poison)), at_(at) {}
   void run(std::span<StepItem> items) override {
     for (const auto& it : items) {
       if (std::equal(it.tokens.begin(), it.tokens.end(), poison_.begin(), poison_.end())) victim_ = it.kv;

@@ -192,7 +192,7 @@ class ServeE2E : public ::testing::Test {
 // Records step sizes; optionally holds every step until released.
 class GateBackend : public cortiq::server::StepBackend {
  public:
-  GateBackend(cortiq::model::Model& m, bool hold) : inner_(m, nullptr), hold_(hold) {}
+  GateBackend(cortiq::model::Model& m, bool hold) : inner_(m), hold_(hold) {}
   void run(std::span<cortiq::server::StepItem> items) override {
     {
       std::unique_lock<std::mutex> lk(mu);

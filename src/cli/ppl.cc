@@ -70,7 +70,8 @@ void ppl_cmd(const PplArgs& a) {
                 ids.size() / a.ctx, a.ctx, text_tokens);
     std::fflush(stdout);
     bar.emplace("perplexity", ids.size() / a.ctx * a.ctx, "tok");
-    r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, bos, a.batch, a.load.kv_f16, advance);
+    r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, bos, a.batch, a.load.kv_f16, advance,
+                                    lm.variant.get());
     bar->finish();
   } else if (a.mode == "prefix") {
     if (a.tokens < 2)
@@ -92,7 +93,7 @@ void ppl_cmd(const PplArgs& a) {
       fail(ErrorKind::InvalidArgument, "'{}' is too short: it has {}{}; prefix mode needs at least 2", a.file,
            tokens_str(n_text), n_bos ? " (plus BOS)" : "");
     bar.emplace("perplexity", ids.size(), "tok");
-    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16, advance);
+    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16, advance, lm.variant.get());
     bar->finish();
   } else {
     fail(ErrorKind::InvalidArgument, "--mode must be 'chunked' or 'prefix' (got '{}')", a.mode);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,7 +32,8 @@ uint32_t argmax(const std::vector<float>& v) {
 // Three sequences: A decodes 1 token after a 5-token history, B prefills the whole prompt from
 // an empty cache, C runs a 3-token chunk after a 2-token history. Then 6 batched greedy decode
 // steps. Every logit is compared exactly with a per-sequence forward() on separate caches.
-void check_batch_equals_serial(Model& m, const std::vector<uint32_t>& prompt) {
+void check_batch_equals_serial(Model& m, const std::vector<uint32_t>& prompt,
+                               std::array<const Variant*, 3> var = {}) {
   ASSERT_GE(prompt.size(), 6u);
   const size_t V = m.vocab_size();
   const auto& arch = m.arch();
@@ -45,17 +47,17 @@ void check_batch_equals_serial(Model& m, const std::vector<uint32_t>& prompt) {
     kr.emplace_back(arch, 64);
   }
   std::vector<float> scratch(V);
-  for (auto* kv : {&kb[0], &kr[0]}) m.forward(histA, *kv, scratch);
-  for (auto* kv : {&kb[2], &kr[2]}) m.forward(histC, *kv, scratch);
+  for (auto* kv : {&kb[0], &kr[0]}) m.forward(histA, *kv, scratch, LogitsMode::Last, var[0]);
+  for (auto* kv : {&kb[2], &kr[2]}) m.forward(histC, *kv, scratch, LogitsMode::Last, var[2]);
 
   std::vector<std::vector<float>> lb(3, std::vector<float>(V)), lr(3, std::vector<float>(V));
   for (int step = 0; step < 7; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     std::vector<SeqStep> steps;
-    for (size_t s = 0; s < 3; ++s) steps.push_back({now[s], &kb[s], lb[s]});
+    for (size_t s = 0; s < 3; ++s) steps.push_back({now[s], &kb[s], lb[s], false, var[s]});
     m.forward_batch(steps);
     for (size_t s = 0; s < 3; ++s) {
-      m.forward(now[s], kr[s], lr[s]);
+      m.forward(now[s], kr[s], lr[s], LogitsMode::Last, var[s]);
       ASSERT_EQ(kb[s].size(), kr[s].size());
       for (size_t i = 0; i < V; ++i) ASSERT_EQ(lb[s][i], lr[s][i]) << "seq " << s << " logit " << i;
     }
@@ -80,9 +82,70 @@ TEST_P(Batch, BitIdenticalUnderATaskMask) {
   mask.layer_gates.set(0, c->g["skip_layer"].get<uint32_t>(), false);
   mask.heads.set(0, 0, false);
   if (mask.ffn.cols() > 1) mask.ffn.set(0, 1, false);
-  m->set_mask(&mask);
-  ASSERT_TRUE(m->has_mask());
-  check_batch_equals_serial(*m, c->prompt);
+  const auto var = m->compile_variant(&mask);
+  ASSERT_TRUE(var);
+  check_batch_equals_serial(*m, c->prompt, {var.get(), var.get(), var.get()});
+}
+
+// Sequences under different task masks (one skipping a layer, one with other heads and neurons
+// off, one dense) share one step, and each gets exactly what it gets alone under its own mask
+// (this replaces the server's old grouping of a step by mask).
+TEST_P(Batch, MixedVariantsInOneStepEqualSeparateCalls) {
+  auto c = load_case(GetParam());
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {2});
+  cmf::TaskMask a = cmf::make_full_mask(c->arch, "a", 0, c->arch.moe.has_value());
+  cmf::TaskMask b = a;
+  a.layer_gates.set(0, c->g["skip_layer"].get<uint32_t>(), false);
+  a.heads.set(0, 0, false);
+  b.heads.set(c->arch.num_layers - 1, 1, false);
+  for (uint32_t i = 0; i < b.ffn.cols(); i += 2) b.ffn.set(0, i, false);
+  if (b.experts) b.experts->set(0, 0, false);
+  const auto va = m->compile_variant(&a), vb = m->compile_variant(&b);
+  ASSERT_TRUE(va && vb);
+  check_batch_equals_serial(*m, c->prompt, {va.get(), nullptr, vb.get()});
+  check_batch_equals_serial(*m, c->prompt, {vb.get(), va.get(), va.get()});
+  // and the masks change the result (so the comparison above can fail)
+  KvCache k1(c->arch, 64), k2(c->arch, 64);
+  std::vector<float> l1(m->vocab_size()), l2(m->vocab_size());
+  m->forward(c->prompt, k1, l1, LogitsMode::Last, va.get());
+  m->forward(c->prompt, k2, l2, LogitsMode::Last, vb.get());
+  EXPECT_NE(l1, l2);
+}
+
+// Taps: the hidden state after layer L equals the final hidden state (before the final norm) of
+// the same weights bound with only layers 0..L.
+TEST(BatchForward, LayerTapEqualsTheModelCutAfterThatLayer) {
+  auto c = load_case("qwen2");
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {2});
+  const size_t L = 0, Hd = c->arch.hidden_size, T = c->prompt.size();
+  ASSERT_GE(c->arch.num_layers, 2u);
+  std::vector<float> tapped, final_full;
+  Taps taps;
+  taps.layer_output = [&](size_t layer, std::span<const float> h, size_t rows) {
+    EXPECT_EQ(rows, T);
+    if (layer == L) tapped.assign(h.begin(), h.end());
+  };
+  taps.final_hidden = [&](std::span<const float> h, size_t) { final_full.assign(h.begin(), h.end()); };
+  KvCache kv(c->arch, 64);
+  std::vector<float> lg(m->vocab_size());
+  const SeqStep step{c->prompt, &kv, lg};
+  m->forward_batch(std::span<const SeqStep>(&step, 1), &taps);
+  ASSERT_EQ(tapped.size(), T * Hd);
+
+  cmf::ModelArch cut = c->arch;
+  cut.num_layers = static_cast<uint32_t>(L + 1);
+  cut.layer_types.resize(L + 1);
+  auto mc = Model::bind(cut, c->src, {1});
+  std::vector<float> want;
+  Taps t2;
+  t2.final_hidden = [&](std::span<const float> h, size_t) { want.assign(h.begin(), h.end()); };
+  KvCache kv2(cut, 64);
+  const SeqStep step2{c->prompt, &kv2, lg};
+  mc->forward_batch(std::span<const SeqStep>(&step2, 1), &t2);
+  EXPECT_EQ(tapped, want);
+  EXPECT_NE(tapped, final_full);
 }
 
 TEST_P(Batch, BitIdenticalWithQuantizedWeights) {

@@ -109,12 +109,6 @@ struct Model::Impl {
   kernels::RopeTable rope_global, rope_local;
   kernels::NormStyle norm_style = kernels::NormStyle::Qwen;
   float embed_mult = 1.0f;
-  // active mask, unpacked to bytes (1 = alive)
-  bool masked = false;
-  std::vector<uint8_t> gate_alive;                 // [layers]
-  std::vector<std::vector<uint8_t>> head_alive;    // [layers][n_heads]
-  std::vector<std::vector<uint8_t>> ffn_alive;     // [layers][intermediate_size]
-  std::vector<std::vector<uint8_t>> expert_alive;  // [layers][num_experts] (empty = unrestricted)
 
   // Grow-only scratch of the forward pass (see "Threading and memory" in model.h): every buffer
   // is resized only when a call needs more than any call before, so a steady decode loop does not
@@ -128,17 +122,22 @@ struct Model::Impl {
     std::vector<double> moe_p;                     // [E]
     std::vector<size_t> moe_cand;                  // routable experts
     std::vector<float> logits;                     // [rows, vocab] when several steps want logits
+    std::vector<const Variant*> row_var;           // [R] each row's variant (nullptr = dense)
+    std::vector<size_t> dead_rows;                 // rows whose variant skips the current layer
+    std::vector<float> dead_h;                     // [dead rows, hidden]: their residual, kept
   } ws;
 
   explicit Impl(size_t threads) : pool(threads) {}
 
   // The whole forward pass over validated steps (forward() and forward_batch() share it).
-  void run(std::span<const SeqStep> steps);
+  void run(std::span<const SeqStep> steps, const Taps* taps);
   // Input norm → q/k/v → RoPE → KV append → attention → o_proj → residual; leaves the FFN input
   // (post-attention norm) in ws.n. R = total rows of `steps`.
   void attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R);
   void ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out);
-  void dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out);
+  /// `alive(t)`: row t's alive-neuron bytes, or nullptr for all.
+  template <class Alive>
+  void dense_ffn(const Ffn& f, const Alive& alive, const float* x, size_t T, float* out);
   void moe_forward(const Layer& L, size_t li, const float* x, size_t T, float* out);
 };
 
@@ -227,9 +226,6 @@ uint32_t Model::vocab_size() const noexcept {
 }
 kernels::ThreadPool& Model::pool() noexcept {
   return impl_->pool;
-}
-bool Model::has_mask() const noexcept {
-  return impl_->masked;
 }
 
 std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& source,
@@ -364,55 +360,54 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
 // ---------------------------------------------------------------------------------------------
 // Masks
 
-void Model::set_mask(const cmf::TaskMask* m) {
-  Impl& I = *impl_;
-  I.masked = false;
-  I.gate_alive.clear();
-  I.head_alive.clear();
-  I.ffn_alive.clear();
-  I.expert_alive.clear();
-  if (!m) return;
+std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) const {
+  const Impl& I = *impl_;
+  if (!m) return nullptr;
   const auto& a = I.arch;
   if (m->layer_gates.cols() != a.num_layers || m->heads.rows() != a.num_layers ||
       m->heads.cols() != a.num_attention_heads || m->ffn.rows() < a.num_layers)
     fail(ErrorKind::InvalidArgument, "task mask '{}': bit shapes disagree with the arch", m->name);
+  auto v = std::make_shared<Variant>();
+  v->name = m->name;
   bool all_open = true;
-  I.gate_alive.assign(a.num_layers, 1);
-  I.head_alive.assign(a.num_layers, {});
-  I.ffn_alive.assign(a.num_layers, {});
+  v->layer_alive.assign(a.num_layers, 1);
+  v->head_alive.assign(a.num_layers, {});
+  v->ffn_alive.assign(a.num_layers, {});
+  v->ffn_index.assign(a.num_layers, {});
   for (uint32_t l = 0; l < a.num_layers; ++l) {
-    I.gate_alive[l] = m->gate(l);
-    all_open &= I.gate_alive[l] != 0;
+    v->layer_alive[l] = m->gate(l);
+    all_open &= v->layer_alive[l] != 0;
     const Layer& L = I.layers[l];
-    I.head_alive[l].assign(L.n_heads, 1);
+    v->head_alive[l].assign(L.n_heads, 1);
     for (uint32_t h = 0; h < L.n_heads && h < m->heads.cols(); ++h) {
-      I.head_alive[l][h] = m->heads.get(l, h);
-      all_open &= I.head_alive[l][h] != 0;
+      v->head_alive[l][h] = m->heads.get(l, h);
+      all_open &= v->head_alive[l][h] != 0;
     }
     const uint32_t width = m->ffn.cols();
-    I.ffn_alive[l].assign(width, 1);
+    v->ffn_alive[l].assign(width, 1);
     for (uint32_t i = 0; i < width; ++i) {
-      I.ffn_alive[l][i] = m->ffn.get(l, i);
-      all_open &= I.ffn_alive[l][i] != 0;
+      v->ffn_alive[l][i] = m->ffn.get(l, i);
+      all_open &= v->ffn_alive[l][i] != 0;
+      if (v->ffn_alive[l][i]) v->ffn_index[l].push_back(i);
     }
+    if (!L.is_moe && width < L.ffn.width)
+      fail(ErrorKind::InvalidArgument, "task mask '{}': FFN rows have {} bits, layer {} has {} neurons",
+           m->name, width, l, L.ffn.width);
   }
   if (m->experts) {
     if (!a.moe || m->experts->rows() != a.num_layers)
       fail(ErrorKind::InvalidArgument, "task mask '{}': expert fields disagree with the arch", m->name);
-    I.expert_alive.assign(a.num_layers, {});
+    v->expert_alive.assign(a.num_layers, {});
     for (uint32_t l = 0; l < a.num_layers; ++l) {
-      I.expert_alive[l].assign(m->experts->cols(), 1);
+      v->expert_alive[l].assign(m->experts->cols(), 1);
       for (uint32_t e = 0; e < m->experts->cols(); ++e) {
-        I.expert_alive[l][e] = m->experts->get(l, e);
-        all_open &= I.expert_alive[l][e] != 0;
+        v->expert_alive[l][e] = m->experts->get(l, e);
+        all_open &= v->expert_alive[l][e] != 0;
       }
     }
   }
-  if (all_open) {  // dropped: identical math, fast path (ENGINE-NOTES §3.11)
-    set_mask(nullptr);
-    return;
-  }
-  I.masked = true;
+  if (all_open) return nullptr;  // dropped: identical math, fast path (ENGINE-NOTES §3.11)
+  return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,7 +418,8 @@ void Model::set_mask(const cmf::TaskMask* m) {
 // kernels::matmul over the R rows (bit-identical to R matvecs), so a row's result does not depend
 // on which other rows share the call.
 
-void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, size_t T, float* out) {
+template <class Alive>
+void Model::Impl::dense_ffn(const Ffn& f, const Alive& alive, const float* x, size_t T, float* out) {
   const size_t W = f.width;
   float* g = grow(ws.ffn_g, T * W);
   float* u = grow(ws.ffn_u, T * W);
@@ -436,9 +432,9 @@ void Model::Impl::dense_ffn(const Ffn& f, const uint8_t* alive, const float* x, 
       kernels::geglu(gt, u + t * W, gt, W);
     else
       kernels::swiglu(gt, u + t * W, gt, W);
-    if (alive)
+    if (const uint8_t* a = alive(t))
       for (size_t i = 0; i < W; ++i)
-        if (!alive[i]) gt[i] = 0.0f;
+        if (!a[i]) gt[i] = 0.0f;
   }
   kernels::matmul(f.down, g, T, out, pool);
 }
@@ -451,7 +447,7 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
   const size_t E = L.moe.experts.size(), Hd = arch.hidden_size;
   float* all_logits = grow(ws.moe_logits, T * E);
   kernels::matmul(L.moe.router, xs, T, all_logits, pool);
-  const std::vector<uint8_t>* allow = expert_alive.empty() ? nullptr : &expert_alive[li];
+  const auto dense = [](size_t) -> const uint8_t* { return nullptr; };
   double* p = grow(ws.moe_p, E);
   float* pf = grow(ws.moe_pf, E);
   float* y = grow(ws.moe_y, Hd);
@@ -460,6 +456,8 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
     const float* x = xs + t * Hd;
     const float* logits = all_logits + t * E;
     float* out = outs + t * Hd;
+    const Variant* var = ws.row_var[t];  // xs holds the call's rows 0..T-1
+    const std::vector<uint8_t>* allow = var && !var->expert_alive.empty() ? &var->expert_alive[li] : nullptr;
     cand.clear();
     for (size_t e = 0; e < E; ++e)
       if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
@@ -483,12 +481,12 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
         double w = pf[e];
         if (arch.moe->norm_topk_prob) w /= ksum;
         const float wf = static_cast<float>(w * scaling);
-        dense_ffn(L.moe.experts[e], nullptr, x, 1, y);
+        dense_ffn(L.moe.experts[e], dense, x, 1, y);
         for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
       }
     }
     if (L.moe.shared) {
-      dense_ffn(*L.moe.shared, nullptr, x, 1, y);
+      dense_ffn(*L.moe.shared, dense, x, 1, y);
       float gw = 1.0f;
       if (!L.moe.shared_gate.empty()) {
         double s = 0.0;
@@ -505,14 +503,13 @@ void Model::Impl::ffn_forward(const Layer& L, size_t li, const float* x, size_t 
     moe_forward(L, li, x, T, out);
     return;
   }
-  const uint8_t* alive = nullptr;
-  if (masked && !ffn_alive[li].empty()) {
-    if (ffn_alive[li].size() < L.ffn.width)
-      fail(ErrorKind::InvalidArgument, "task mask FFN rows have {} bits, layer {} has {} neurons",
-           ffn_alive[li].size(), li, L.ffn.width);
-    alive = ffn_alive[li].data();
-  }
-  dense_ffn(L.ffn, alive, x, T, out);
+  const Variant* const* var = ws.row_var.data();
+  dense_ffn(
+      L.ffn,
+      [var, li](size_t t) -> const uint8_t* {
+        return var[t] && !var[t]->ffn_alive[li].empty() ? var[t]->ffn_alive[li].data() : nullptr;
+      },
+      x, T, out);
 }
 
 void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R) {
@@ -570,7 +567,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   ap.scale = static_cast<float>(
       1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
   ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
-  const uint8_t* heads = masked ? head_alive[li].data() : nullptr;
+  const Variant* const* row_var = ws.row_var.data();
   float* att = grow(ws.att, R * qd);
   // Work items are (row, kv head) pairs, row-major: decode (R = 1) still spreads its kv heads over
   // the pool. Each pair writes only its own heads' rows of `att`, computed with the same
@@ -581,6 +578,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
       const size_t r = i / nkv, g0 = i % nkv, g1 = std::min(nkv, g0 + (i1 - i));
       const size_t end = row_pos[r] + 1;
       const size_t begin = window && window < end ? end - window : 0;
+      const uint8_t* heads = row_var[r] ? row_var[r]->head_alive[li].data() : nullptr;
       kernels::attention(q + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
                          att + r * qd, g0, g1);
       i += g1 - g0;
@@ -603,7 +601,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   }
 }
 
-void Model::Impl::run(std::span<const SeqStep> steps) {
+void Model::Impl::run(std::span<const SeqStep> steps, const Taps* taps) {
   const auto& a = arch;
   const size_t S = steps.size(), Hd = a.hidden_size, V = lm_head.rows();
   size_t R = 0;
@@ -613,11 +611,13 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
   float* h = grow(ws.h, R * Hd);
   float* n = grow(ws.n, R * Hd);
   float* tmp = grow(ws.tmp, R * Hd);
+  ws.row_var.resize(R);
   for (size_t s = 0, r = 0; s < S; ++s) {
     const size_t start = steps[s].kv->size();
     for (size_t t = 0; t < steps[s].tokens.size(); ++t, ++r) {
       row_seq[r] = s;
       row_pos[r] = start + t;
+      ws.row_var[r] = steps[s].variant;
       if (embed_rows)
         embed_rows->decode(steps[s].tokens[t], 1, std::span<float>(h + r * Hd, Hd));
       else
@@ -629,7 +629,21 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
 
   for (size_t li = 0; li < layers.size(); ++li) {
     const Layer& L = layers[li];
-    if (masked && !gate_alive[li]) continue;  // dead layer: residual passes through (§3.11)
+    // A layer a row's variant skips passes its residual through (§3.11): the layer runs for the
+    // batch, and those rows get their residual back afterwards (rows never mix, so the others are
+    // what they would be alone). No row alive: the layer is not run at all.
+    ws.dead_rows.clear();
+    for (size_t r = 0; r < R; ++r)
+      if (ws.row_var[r] && !ws.row_var[r]->layer_alive[li]) ws.dead_rows.push_back(r);
+    if (ws.dead_rows.size() == R) {
+      if (taps && taps->layer_output) taps->layer_output(li, std::span<const float>(h, R * Hd), R);
+      continue;
+    }
+    if (!ws.dead_rows.empty()) {
+      ws.dead_h.resize(ws.dead_rows.size() * Hd);
+      for (size_t i = 0; i < ws.dead_rows.size(); ++i)
+        std::copy_n(h + ws.dead_rows[i] * Hd, Hd, ws.dead_h.begin() + static_cast<std::ptrdiff_t>(i * Hd));
+    }
     attention_block(L, li, steps, R);
     ffn_forward(L, li, n, R, tmp);
     for (size_t r = 0; r < R; ++r) {
@@ -638,7 +652,11 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
       float* ht = h + r * Hd;
       for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
     }
+    for (size_t i = 0; i < ws.dead_rows.size(); ++i)
+      std::copy_n(ws.dead_h.begin() + static_cast<std::ptrdiff_t>(i * Hd), Hd, h + ws.dead_rows[i] * Hd);
+    if (taps && taps->layer_output) taps->layer_output(li, std::span<const float>(h, R * Hd), R);
   }
+  if (taps && taps->final_hidden) taps->final_hidden(std::span<const float>(h, R * Hd), R);
   for (const SeqStep& st : steps) st.kv->set_size(st.kv->size() + st.tokens.size());
 
   // lm_head: one matmul over the wanted rows of every step (its last row, or all its rows).
@@ -681,7 +699,8 @@ void Model::Impl::run(std::span<const SeqStep> steps) {
   }
 }
 
-void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits, LogitsMode mode) {
+void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits, LogitsMode mode,
+                    const Variant* variant) {
   Impl& I = *impl_;
   const size_t T = tokens.size(), V = I.lm_head.rows(), start = kv.size();
   if (T == 0) return;
@@ -694,11 +713,11 @@ void Model::forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<flo
   for (uint32_t id : tokens)
     if (id >= I.embed.rows())
       fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {}", id, I.embed.rows());
-  const SeqStep step{tokens, &kv, logits.first(need), mode == LogitsMode::All};
-  I.run(std::span<const SeqStep>(&step, 1));
+  const SeqStep step{tokens, &kv, logits.first(need), mode == LogitsMode::All, variant};
+  I.run(std::span<const SeqStep>(&step, 1), nullptr);
 }
 
-void Model::forward_batch(std::span<const SeqStep> steps) {
+void Model::forward_batch(std::span<const SeqStep> steps, const Taps* taps) {
   Impl& I = *impl_;
   const size_t S = steps.size(), V = I.lm_head.rows();
   if (S == 0) return;
@@ -723,7 +742,7 @@ void Model::forward_batch(std::span<const SeqStep> steps) {
       if (id >= I.embed.rows())
         fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {} (step {})", id, I.embed.rows(), s);
   }
-  I.run(steps);
+  I.run(steps, taps);
 }
 
 }  // namespace cortiq::model

@@ -4,8 +4,9 @@
 // see tensor_source.h), decides per layer which operators apply from tensor presence, checks every
 // matrix has a kernel, and copies only the small vectors (norm weights, biases, shared-expert
 // gate) to f32. Then forward() runs any number of positions (prefill: T > 1, decode: T = 1) into a
-// KvCache. The active task mask (set_mask) is consulted in exactly three places: the layer loop
-// (gates), attention (heads) and the FFN (neurons, routable experts).
+// KvCache. A task mask is compiled once into a Variant (compile_variant) that a sequence carries;
+// it is consulted in exactly three places: the layer loop (gates), attention (heads) and the FFN
+// (neurons, routable experts).
 //
 // Supported families (layer_types FullAttention / SlidingAttention): llama, mistral, qwen2, qwen3,
 // gemma, gemma2, gemma3, phi3 (split q/k/v and gate/up), qwen2_moe, qwen3_moe. Other mixers
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +26,7 @@
 #include "cmf/masks.h"
 #include "kernels/kernels.h"
 #include "model/tensor_source.h"
+#include "model/variant.h"
 #include "util/line_vec.h"
 
 namespace cortiq::model {
@@ -74,12 +77,23 @@ struct SeqStep {
   std::span<const uint32_t> tokens;
   KvCache* kv = nullptr;
   std::span<float> logits;
-  bool all_logits = false;  ///< logits of all T positions [T, vocab] instead of the last [vocab]
+  bool all_logits = false;           ///< logits of all T positions [T, vocab] instead of the last [vocab]
+  const Variant* variant = nullptr;  ///< this sequence's compiled task mask (nullptr = dense)
+};
+
+/// Callbacks between blocks of a forward pass (nullptr members cost nothing). `hidden` is the
+/// residual stream [R, hidden_size] of all R rows of the call (the steps' tokens stacked in order).
+struct Taps {
+  /// After decoder layer `layer` (its residual adds done; a layer a row's variant skips leaves
+  /// that row as it was).
+  std::function<void(size_t layer, std::span<const float> hidden, size_t rows)> layer_output;
+  /// After the last layer, before the final norm.
+  std::function<void(std::span<const float> hidden, size_t rows)> final_hidden;
 };
 
 /// Threading and memory: a Model runs one forward()/forward_batch() at a time — it is NOT safe to
-/// call from several threads at once (its kernel thread pool is not re-entrant, set_mask mutates
-/// shared state, and the forward pass uses scratch owned by the model). Callers serialize: the
+/// call from several threads at once (its kernel thread pool is not re-entrant and the forward
+/// pass uses scratch owned by the model). Callers serialize: the
 /// server runs every step on its single engine thread; distinct Model objects are independent.
 /// Inside a call the work is spread over the model's thread pool (matmul rows; attention over
 /// (token, kv head) pairs) with results independent of the thread count. The scratch buffers
@@ -110,28 +124,27 @@ class Model {
   /// weight as ONE kernels::matmul over all T tokens. Same code path as forward_batch with one
   /// SeqStep (all_logits = mode == All), hence bit-identical to it.
   void forward(std::span<const uint32_t> tokens, KvCache& kv, std::span<float> logits,
-               LogitsMode mode = LogitsMode::Last);
+               LogitsMode mode = LogitsMode::Last, const Variant* variant = nullptr);
 
   /// Continuous batching: runs every step in ONE pass over the weights — each linear layer
   /// (q/k/v/o projections, MLP gate/up/down, lm_head) is a single kernels::matmul over the stacked
   /// rows of all sequences [Σ T_i, cols]; RoPE, the KV append and attention run per sequence at its
   /// own positions against its own cache; MoE layers route per token as in forward(). The result
   /// for each sequence is bit-identical to forward(step.tokens, *step.kv, step.logits, Last)
-  /// (kernels::matmul is bit-identical to n matvecs). The active task mask (set_mask) applies to
-  /// every step of the batch: callers with per-request masks group steps by mask and call
-  /// set_mask between groups (server::BatchedBackend does). All steps are validated before any
+  /// (kernels::matmul is bit-identical to n matvecs). Each step runs under its own variant: steps
+  /// with different task masks share the step, each row computing exactly what it would alone
+  /// (a layer a row's variant skips is computed for the batch and discarded for that row). `taps`
+  /// (optional) are called between blocks. All steps are validated before any
   /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
   /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
   /// that is non-empty but shorter than vocab (T·vocab with all_logits); Error(NonFinite) as
   /// forward() (after the caches have advanced).
-  void forward_batch(std::span<const SeqStep> steps);
+  void forward_batch(std::span<const SeqStep> steps, const Taps* taps = nullptr);
 
-  /// Activates a task mask (copied), or none (nullptr). A mask with every bit open is dropped
-  /// (ENGINE-NOTES §3.11) — the result is identical either way. Throws Error(InvalidArgument)
-  /// when the mask's shapes disagree with the arch.
-  void set_mask(const cmf::TaskMask* mask);
-  /// Whether a (non-trivial) mask is active.
-  bool has_mask() const noexcept;
+  /// Compiles a task mask for this model, once: nullptr for none, and for a mask with every bit
+  /// open (dropped, ENGINE-NOTES §3.11 — the result is identical either way). Throws
+  /// Error(InvalidArgument) when the mask's shapes disagree with the arch or a layer's width.
+  std::shared_ptr<const Variant> compile_variant(const cmf::TaskMask* mask) const;
   /// Thread pool used by the kernels.
   kernels::ThreadPool& pool() noexcept;
 

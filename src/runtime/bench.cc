@@ -347,6 +347,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       }
     }
     model::Model& m = *lm.model;
+    const model::Variant* var = lm.variant.get();  // the task mask load_model chose (--task)
     uint64_t vocab = m.vocab_size();
     if (const auto* e = r.find("model.embed_tokens.weight"); e && !e->shape.empty())
       vocab = std::min<uint64_t>(vocab, e->shape[0]);
@@ -377,9 +378,9 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     {
       kv.truncate(0);
       const auto ids = random_ids(std::max<size_t>(1, std::min<size_t>(opt.n_prompt, 16)));
-      m.forward(ids, kv, logits);
+      m.forward(ids, kv, logits, model::LogitsMode::Last, var);
       const auto one = random_ids(1);
-      m.forward(one, kv, logits);
+      m.forward(one, kv, logits, model::LogitsMode::Last, var);
     }
 
     // One test: `reps` timed runs of `body(ids)` on n · seqs fresh random ids from empty KV caches
@@ -406,12 +407,14 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     };
     if (opt.n_prompt > 0)  // prefill: one forward over all ids
       run_test(fmt::format("pp{}", opt.n_prompt), opt.n_prompt, 1, true,
-               [&](const std::vector<uint32_t>& ids) { m.forward(ids, kv, logits); });
+               [&](const std::vector<uint32_t>& ids) {
+                 m.forward(ids, kv, logits, model::LogitsMode::Last, var);
+               });
     for (size_t seqs : opt.n_gen > 0 ? opt.parallel : std::vector<size_t>{}) {
       if (seqs == 1) {  // decode: one forward per id
         run_test(fmt::format("tg{}", opt.n_gen), opt.n_gen, 1, false, [&](const std::vector<uint32_t>& ids) {
           for (size_t k = 0; k < ids.size(); ++k)
-            m.forward(std::span<const uint32_t>(&ids[k], 1), kv, logits);
+            m.forward(std::span<const uint32_t>(&ids[k], 1), kv, logits, model::LogitsMode::Last, var);
         });
         continue;
       }
@@ -427,7 +430,8 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
                  for (size_t k = 0; k < opt.n_gen; ++k) {
                    for (size_t b = 0; b < seqs; ++b)
                      steps[b] = {std::span<const uint32_t>(&ids[b * opt.n_gen + k], 1), &kvs[b],
-                                 std::span<float>(blogits).subspan(b * m.vocab_size(), m.vocab_size())};
+                                 std::span<float>(blogits).subspan(b * m.vocab_size(), m.vocab_size()), false,
+                                 var};
                    m.forward_batch(steps);
                  }
                });

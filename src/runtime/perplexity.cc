@@ -51,8 +51,8 @@ struct Acc {
 // Runs `ids` from an empty cache, calling score(j, logits_j) for positions j >= first and
 // progress(positions) after each forward call (when set).
 template <typename F>
-void run_sequence(model::Model& m, std::span<const uint32_t> ids, size_t first, size_t batch, bool kv_f16,
-                  const std::function<void(size_t)>& progress, F&& score) {
+void run_sequence(model::Model& m, const model::Variant* var, std::span<const uint32_t> ids, size_t first,
+                  size_t batch, bool kv_f16, const std::function<void(size_t)>& progress, F&& score) {
   const size_t n = ids.size(), V = m.vocab_size();
   model::KvCache kv(m.arch(), n, kv_f16);
   if (batch == 0) batch = n;
@@ -60,12 +60,12 @@ void run_sequence(model::Model& m, std::span<const uint32_t> ids, size_t first, 
   for (size_t b = 0; b < n; b += batch) {
     const size_t cnt = std::min(batch, n - b);
     if (b + cnt <= first) {
-      m.forward(ids.subspan(b, cnt), kv, {}, model::LogitsMode::None);
+      m.forward(ids.subspan(b, cnt), kv, {}, model::LogitsMode::None, var);
       if (progress) progress(cnt);
       continue;
     }
     logits.resize(cnt * V);
-    m.forward(ids.subspan(b, cnt), kv, logits, model::LogitsMode::All);
+    m.forward(ids.subspan(b, cnt), kv, logits, model::LogitsMode::All, var);
     for (size_t i = 0; i < cnt; ++i)
       if (b + i >= first) score(b + i, std::span<const float>(logits.data() + i * V, V));
     if (progress) progress(cnt);
@@ -76,7 +76,7 @@ void run_sequence(model::Model& m, std::span<const uint32_t> ids, size_t first, 
 
 PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, size_t n_ctx,
                              std::optional<uint32_t> bos, size_t batch, bool kv_f16,
-                             const std::function<void(size_t)>& progress) {
+                             const std::function<void(size_t)>& progress, const model::Variant* variant) {
   if (n_ctx < 4) fail(ErrorKind::InvalidArgument, "--ctx must be >= 4 (got {})", n_ctx);
   const size_t n_chunks = ids.size() / n_ctx;
   if (n_chunks == 0)
@@ -88,7 +88,7 @@ PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, siz
   for (size_t c = 0; c < n_chunks; ++c) {
     std::copy(ids.begin() + c * n_ctx, ids.begin() + (c + 1) * n_ctx, chunk.begin());
     if (bos) chunk[0] = *bos;
-    run_sequence(m, chunk, first, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
+    run_sequence(m, variant, chunk, first, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
       if (j + 1 < n_ctx) acc.add(token_nll(lg, chunk[j + 1]));
     });
   }
@@ -96,11 +96,11 @@ PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, siz
 }
 
 PplResult perplexity_prefix(model::Model& m, std::span<const uint32_t> ids, size_t batch, bool kv_f16,
-                            const std::function<void(size_t)>& progress) {
+                            const std::function<void(size_t)>& progress, const model::Variant* variant) {
   if (ids.size() < 2)
     fail(ErrorKind::InvalidArgument, "perplexity needs at least 2 tokens (got {})", ids.size());
   Acc acc;
-  run_sequence(m, ids, 0, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
+  run_sequence(m, variant, ids, 0, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
     if (j + 1 < ids.size()) acc.add(token_nll(lg, ids[j + 1]));
   });
   return acc.result(1);

@@ -127,7 +127,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
       fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off'){}", opt.task, names,
            threads_hint(opt.task));
     }
-    lm.model->set_mask(m);
+    lm.variant = lm.model->compile_variant(m);
     lm.active_task = m->name;
     lm.sparsity = m->sparsity;
   } else if (!opt.task.empty() && opt.task != "general") {
@@ -183,7 +183,7 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   const size_t V = lm_->model->vocab_size();
   std::vector<float> logits(V);
   std::span<const uint32_t> rest(prompt.data() + kv_.size(), prompt.size() - kv_.size());
-  lm_->model->forward(rest, kv_, logits);
+  lm_->model->forward(rest, kv_, logits, model::LogitsMode::Last, lm_->variant.get());
   history_.insert(history_.end(), rest.begin(), rest.end());
 
   Sampler sampler(gp.sampler);
@@ -237,7 +237,8 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
       res.finish = "length";
       break;
     }
-    lm_->model->forward(std::span<const uint32_t>(&next, 1), kv_, logits);
+    lm_->model->forward(std::span<const uint32_t>(&next, 1), kv_, logits, model::LogitsMode::Last,
+                        lm_->variant.get());
     history_.push_back(next);
   }
   if (dec && !stopped) {

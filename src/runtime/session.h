@@ -47,7 +47,9 @@ struct LoadedModel {
   cmf::TokenizerBundle bundle;           ///< eos ids, bos, chat template
   std::string active_task = "general";   ///< name shown in the Ready line
   double sparsity = 0.0;                 ///< active mask's sparsity (0..1)
-  size_t ctx = 0;                        ///< KV capacity
+  /// The active task mask compiled for `model` (nullptr = dense); what run, ppl and bench use.
+  std::shared_ptr<const model::Variant> variant;
+  size_t ctx = 0;  ///< KV capacity
   bool kv_f16 = false;
   std::vector<uint32_t> eos_ids;  ///< bundle eos ids (+ tokenizer EOS-like specials)
   std::optional<uint32_t> bos_id;

@@ -11,29 +11,16 @@
 namespace cortiq::server {
 
 void SerialBackend::run(std::span<StepItem> items) {
-  for (auto& it : items) {
-    use_mask(it.mask);
-    m_.forward(it.tokens, *it.kv, it.logits,
-               it.all_logits ? model::LogitsMode::All : model::LogitsMode::Last);
-  }
+  for (auto& it : items)
+    m_.forward(it.tokens, *it.kv, it.logits, it.all_logits ? model::LogitsMode::All : model::LogitsMode::Last,
+               it.variant);
 }
 
 void BatchedBackend::run(std::span<StepItem> items) {
-  // Groups in order of first appearance; the group of the currently active mask runs first so a
-  // step whose sequences share one mask never calls set_mask.
-  std::vector<const cmf::TaskMask*> order;
-  for (const auto& it : items)
-    if (std::find(order.begin(), order.end(), it.mask) == order.end()) order.push_back(it.mask);
-  auto cur = std::find(order.begin(), order.end(), current_);
-  if (cur != order.end()) std::rotate(order.begin(), cur, cur + 1);
   std::vector<model::SeqStep> steps;
-  for (const cmf::TaskMask* mask : order) {
-    steps.clear();
-    for (auto& it : items)
-      if (it.mask == mask) steps.push_back({it.tokens, it.kv, it.logits, it.all_logits});
-    use_mask(mask);
-    m_.forward_batch(steps);
-  }
+  steps.reserve(items.size());
+  for (auto& it : items) steps.push_back({it.tokens, it.kv, it.logits, it.all_logits, it.variant});
+  m_.forward_batch(steps);
 }
 
 struct Engine::Slot {
@@ -44,7 +31,8 @@ struct Engine::Slot {
   std::shared_ptr<Job> job;
   std::optional<runtime::Sampler> sampler;
   std::optional<IncrementalDecoder> dec;
-  std::vector<uint32_t> seen;  // prompt + generated
+  std::shared_ptr<const model::Variant> variant;  // the job's task mask, compiled
+  std::vector<uint32_t> seen;                     // prompt + generated
   std::unordered_map<uint32_t, int> counts;
   size_t generated = 0;
   std::string full;
@@ -83,7 +71,7 @@ Engine::Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_p
   if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   if (lm.active_task != "off" && lm.reader && lm.reader->masks())
     default_mask_ = lm.reader->masks()->find(lm.active_task);
-  backend_ = backend ? std::move(backend) : std::make_unique<BatchedBackend>(*lm.model, default_mask_);
+  backend_ = backend ? std::move(backend) : std::make_unique<BatchedBackend>(*lm.model);
   for (size_t i = 0; i < opt_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(lm.model->arch(), lm.ctx, lm.kv_f16, lm.model->vocab_size()));
   thread_ = std::thread([this] { loop(); });
@@ -296,13 +284,20 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   // The sequence ends here unless a stop string ends it first; an ending sequence flushes what the
   // decoder holds back (a byte run the end-of-turn token closes, an incomplete character).
   const bool ending = is_eos || s->generated >= job.max_tokens || s->kv.size() >= s->kv.capacity();
-  const size_t text_begin = s->full.size();
+  size_t text_begin = s->full.size();
   if (s->dec && !is_eos) {
     if (std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end()) {
       s->full += s->dec->flush();
+      text_begin = s->full.size();
       s->full += lm_.tokenizer->id_to_token(next);
     } else {
       s->full += s->dec->push(next);
+      // A held byte run comes out with the text piece that closes it: the piece's own text is last
+      // (where its logprob's text begins; only logprobs need it).
+      const std::string own = lp ? lm_.tokenizer->token_text(next) : std::string();
+      if (!own.empty() && s->full.size() - text_begin >= own.size() &&
+          s->full.compare(s->full.size() - own.size(), own.size(), own) == 0)
+        text_begin = s->full.size() - own.size();
     }
   }
   if (s->dec && ending) s->full += s->dec->flush();
@@ -440,6 +435,9 @@ void Engine::loop() {
 }
 
 void Engine::start_slot(Slot& x) {
+  auto v = variants_.find(x.job->mask);
+  if (v == variants_.end()) v = variants_.emplace(x.job->mask, lm_.model->compile_variant(x.job->mask)).first;
+  x.variant = v->second;
   x.sampler.emplace(x.job->sampler);
   if (lm_.tokenizer) {
     x.dec.emplace(*lm_.tokenizer, true);
@@ -454,13 +452,13 @@ void Engine::step(std::span<Slot* const> active) {
   for (Slot* s : active) {
     const std::span<const uint32_t> prompt(s->job->prompt);
     if (s->prefilled) {
-      items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->job->mask});
+      items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->variant.get()});
     } else if (s->job->prompt_logprobs) {
       const size_t t = std::min(kPromptScoreChunk, prompt.size() - s->scored);
       s->chunk_logits.resize(t * s->logits.size());
-      items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->job->mask, true});
+      items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->variant.get(), true});
     } else {
-      items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->job->mask});
+      items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->variant.get()});
     }
   }
   run_step(active, items);

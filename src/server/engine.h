@@ -10,8 +10,9 @@
 // decode step (Model::forward_batch contract).
 //
 // The forward pass of a step goes through a StepBackend. The default, BatchedBackend, runs the
-// whole step as one Model::forward_batch per distinct task mask (one pass over the weights serves
-// every active sequence); SerialBackend (one Model::forward per sequence) is kept as the reference.
+// whole step as one Model::forward_batch, every sequence under its own compiled task mask
+// (model::Variant): one pass over the weights serves every active sequence. SerialBackend (one
+// Model::forward per sequence) is kept as the reference.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,12 +37,12 @@
 namespace cortiq::server {
 
 /// One sequence's share of a step: run `tokens` at positions kv.size().. and write the last
-/// position's logits [vocab] into `logits`, under task mask `mask` (nullptr = none).
+/// position's logits [vocab] into `logits`, under the compiled task mask `variant` (nullptr = none).
 struct StepItem {
   model::KvCache* kv;
   std::span<const uint32_t> tokens;
   std::span<float> logits;  ///< [vocab], or [T, vocab] with all_logits
-  const cmf::TaskMask* mask;
+  const model::Variant* variant;
   bool all_logits = false;  ///< every position's logits (model::SeqStep::all_logits)
 };
 
@@ -53,33 +55,25 @@ class StepBackend {
   virtual void run(std::span<StepItem> items) = 0;
 };
 
-/// A backend over one Model, which holds one active task mask at a time.
+/// A backend over one Model.
 class ModelBackend : public StepBackend {
  public:
-  /// `default_mask` is the mask load_model activated (nullptr = none).
-  ModelBackend(model::Model& m, const cmf::TaskMask* default_mask) : m_(m), current_(default_mask) {}
+  explicit ModelBackend(model::Model& m) : m_(m) {}
 
  protected:
-  /// Makes `mask` the model's active mask (Model::set_mask only when it changes).
-  void use_mask(const cmf::TaskMask* mask) {
-    if (mask == current_) return;
-    m_.set_mask(mask);
-    current_ = mask;
-  }
   model::Model& m_;
-  const cmf::TaskMask* current_;
 };
 
-/// One Model::forward per item, switching the model's task mask when items differ.
+/// One Model::forward per item, each under its own variant.
 class SerialBackend : public ModelBackend {
  public:
   using ModelBackend::ModelBackend;
   void run(std::span<StepItem> items) override;
 };
 
-/// Continuous batching: groups the step's items by task mask (the model holds one active mask)
-/// and runs each group as ONE Model::forward_batch — a single pass over the weights for all its
-/// sequences. Results are bit-identical to SerialBackend (Model::forward_batch contract).
+/// Continuous batching: runs the step's items as ONE Model::forward_batch — a single pass over the
+/// weights for all sequences, whatever their task masks. Results are bit-identical to
+/// SerialBackend (Model::forward_batch contract).
 class BatchedBackend : public ModelBackend {
  public:
   using ModelBackend::ModelBackend;
@@ -198,6 +192,8 @@ class Engine {
   EngineOptions opt_;
   std::unique_ptr<StepBackend> backend_;
   const cmf::TaskMask* default_mask_ = nullptr;
+  /// Task masks compiled for the model, by mask (engine thread only): once per mask, not per job.
+  std::map<const cmf::TaskMask*, std::shared_ptr<const model::Variant>> variants_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
