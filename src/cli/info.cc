@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cmf/reader.h"
+#include "cmf/tensor_names.h"
 #include "quant/dtype.h"
 #include "runtime/bench.h"
 
@@ -148,8 +149,8 @@ void run_info(const InfoOpts& o) {
   if (linear) layers += fmt::format(" / {} linear", linear);
   if (kda) layers += fmt::format(" / {} kda", kda);
   layers += ")";
-  const TensorInfo* head = r.find("lm_head.weight");
-  if (!head) head = r.find("model.embed_tokens.weight");
+  const TensorInfo* head = r.find(cmf::tensor_name(cmf::TensorRole::Head));
+  if (!head) head = r.find(cmf::tensor_name(cmf::TensorRole::Embed));
   // every tensor's elements, as transformers' num_parameters() and `cortiq bench` count them
   uint64_t params = 0;
   for (const auto& t : r.tensors()) params += t.numel();

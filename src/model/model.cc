@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "cmf/tensor_names.h"
 #include "quant/codec.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -14,6 +15,10 @@
 namespace cortiq::model {
 
 using kernels::WeightView;
+using R = cmf::TensorRole;
+constexpr auto name = [](R role, uint32_t layer = 0, uint32_t expert = 0) {
+  return cmf::tensor_name(role, layer, expert);
+};
 
 // ---------------------------------------------------------------------------------------------
 // KvCache
@@ -199,11 +204,11 @@ struct Binder {
     auto w = opt(name);
     return w ? vec(*w, n) : std::vector<float>{};
   }
-  Ffn ffn(const std::string& prefix, uint64_t hidden) {
+  Ffn ffn(const std::string& gate, const std::string& up, const std::string& down, uint64_t hidden) {
     Ffn f;
-    f.gate = req(prefix + "gate_proj.weight");
-    f.up = req(prefix + "up_proj.weight");
-    f.down = req(prefix + "down_proj.weight");
+    f.gate = req(gate);
+    f.up = req(up);
+    f.down = req(down);
     if (!f.gate.shape.empty()) {
       f.width = f.gate.rows();
       check_mat(f.gate, 0, hidden);
@@ -265,16 +270,16 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
                            a.local_partial_rotary_factor.value_or(a.partial_rotary_factor), std::nullopt, {});
 
   Binder b{source, {}};
-  impl->embed = b.req("model.embed_tokens.weight");
+  impl->embed = b.req(name(R::Embed));
   b.check_mat(impl->embed, 0, H);
-  impl->final_norm = b.req_vec("model.norm.weight", H);
-  if (auto lm = b.opt("lm_head.weight")) {
+  impl->final_norm = b.req_vec(name(R::FinalNorm), H);
+  if (auto lm = b.opt(name(R::Head))) {
     impl->lm_head = *lm;
     b.check_mat(impl->lm_head, 0, H);
   } else if (a.tie_word_embeddings) {
     impl->lm_head = impl->embed;
   } else {
-    b.missing.push_back("lm_head.weight (tie_word_embeddings is false)");
+    b.missing.push_back(name(R::Head) + " (tie_word_embeddings is false)");
   }
 
   const bool any_sliding_tag = std::any_of(a.layer_types.begin(), a.layer_types.end(),
@@ -297,18 +302,17 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
       fail(ErrorKind::Parse, "layer {} is SlidingAttention but arch.sliding_window is absent", l);
     L.rope = (L.sliding && a.rope_local_base_freq) ? 1 : 0;
 
-    const std::string p = "model.layers." + std::to_string(l) + ".";
     const uint64_t qd = L.n_heads * hd, kd = nkv * hd;
-    L.input_norm = b.req_vec(p + "input_layernorm.weight", H);
-    L.post_attn_norm = b.req_vec(p + "post_attention_layernorm.weight", H);
-    L.pre_ffn_norm = b.opt_vec(p + "pre_feedforward_layernorm.weight", H);
+    L.input_norm = b.req_vec(name(R::InputNorm, l), H);
+    L.post_attn_norm = b.req_vec(name(R::PostAttnNorm, l), H);
+    L.pre_ffn_norm = b.opt_vec(name(R::PreFfnNorm, l), H);
     L.sandwich = !L.pre_ffn_norm.empty();
-    if (L.sandwich) L.post_ffn_norm = b.req_vec(p + "post_feedforward_layernorm.weight", H);
+    if (L.sandwich) L.post_ffn_norm = b.req_vec(name(R::PostFfnNorm, l), H);
 
-    L.q = b.req(p + "self_attn.q_proj.weight");
-    L.k = b.req(p + "self_attn.k_proj.weight");
-    L.v = b.req(p + "self_attn.v_proj.weight");
-    L.o = b.req(p + "self_attn.o_proj.weight");
+    L.q = b.req(name(R::Q, l));
+    L.k = b.req(name(R::K, l));
+    L.v = b.req(name(R::V, l));
+    L.o = b.req(name(R::O, l));
     if (!L.q.shape.empty()) {
       L.out_gate = L.q.rows() == 2 * qd;
       b.check_mat(L.q, L.out_gate ? 2 * qd : qd, H);
@@ -316,35 +320,34 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& a, const TensorSource& 
     b.check_mat(L.k, kd, H);
     b.check_mat(L.v, kd, H);
     b.check_mat(L.o, H, qd);
-    if (b.opt(p + "self_attn.q_proj.bias") || b.opt(p + "self_attn.k_proj.bias") ||
-        b.opt(p + "self_attn.v_proj.bias")) {
-      L.q_bias = b.req_vec(p + "self_attn.q_proj.bias", L.out_gate ? 2 * qd : qd);
-      L.k_bias = b.req_vec(p + "self_attn.k_proj.bias", kd);
-      L.v_bias = b.req_vec(p + "self_attn.v_proj.bias", kd);
+    if (b.opt(name(R::QBias, l)) || b.opt(name(R::KBias, l)) || b.opt(name(R::VBias, l))) {
+      L.q_bias = b.req_vec(name(R::QBias, l), L.out_gate ? 2 * qd : qd);
+      L.k_bias = b.req_vec(name(R::KBias, l), kd);
+      L.v_bias = b.req_vec(name(R::VBias, l), kd);
     }
-    L.q_norm = b.opt_vec(p + "self_attn.q_norm.weight", hd);
-    L.k_norm = b.opt_vec(p + "self_attn.k_norm.weight", hd);
+    L.q_norm = b.opt_vec(name(R::QNorm, l), hd);
+    L.k_norm = b.opt_vec(name(R::KNorm, l), hd);
 
-    if (auto router = b.opt(p + "mlp.gate.weight")) {
+    if (auto router = b.opt(name(R::Router, l))) {
       if (!a.moe) fail(ErrorKind::Parse, "tensor '{}' present but arch.moe is absent", router->name);
       L.is_moe = true;
       L.moe.router = *router;
       b.check_mat(L.moe.router, 0, H);
       for (uint32_t e = 0;; ++e) {
-        const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-        if (!b.opt(ep + "gate_proj.weight")) break;
-        L.moe.experts.push_back(b.ffn(ep, H));
+        if (!b.opt(name(R::ExpertGate, l, e))) break;
+        L.moe.experts.push_back(
+            b.ffn(name(R::ExpertGate, l, e), name(R::ExpertUp, l, e), name(R::ExpertDown, l, e), H));
       }
-      if (L.moe.experts.empty()) b.missing.push_back(p + "mlp.experts.0.gate_proj.weight");
+      if (L.moe.experts.empty()) b.missing.push_back(name(R::ExpertGate, l, 0));
       if (L.moe.router.rows() != L.moe.experts.size())
         fail(ErrorKind::Parse, "tensor '{}': {} router rows but {} experts present", L.moe.router.name,
              L.moe.router.rows(), L.moe.experts.size());
-      if (b.opt(p + "mlp.shared_expert.gate_proj.weight")) {
-        L.moe.shared = b.ffn(p + "mlp.shared_expert.", H);
-        L.moe.shared_gate = b.opt_vec(p + "mlp.shared_expert_gate.weight", H);
+      if (b.opt(name(R::SharedGate, l))) {
+        L.moe.shared = b.ffn(name(R::SharedGate, l), name(R::SharedUp, l), name(R::SharedDown, l), H);
+        L.moe.shared_gate = b.opt_vec(name(R::SharedExpertGate, l), H);
       }
     } else {
-      L.ffn = b.ffn(p + "mlp.", H);
+      L.ffn = b.ffn(name(R::FfnGate, l), name(R::FfnUp, l), name(R::FfnDown, l), H);
     }
   }
   if (!b.missing.empty()) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include "cmf/tensor_names.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CORTIQ_BENCH_X86 1
@@ -91,11 +93,11 @@ WeightAccounting account_weights(const cmf::ModelArch& arch, std::span<const Ten
     a.params += n;
     a.bytes_by_dtype[dn] += t.bytes;
     a.params_by_dtype[dn] += n;
-    if (t.name == "model.embed_tokens.weight")
+    if (t.name == cmf::tensor_name(cmf::TensorRole::Embed))
       embed = &t;
-    else if (t.name == "lm_head.weight")
+    else if (t.name == cmf::tensor_name(cmf::TensorRole::Head))
       head = &t;
-    else if (t.name == "model.norm.weight")
+    else if (t.name == cmf::tensor_name(cmf::TensorRole::FinalNorm))
       norm = &t;
     else if (auto l = layer_index(t.name); l && *l < arch.num_layers) {
       if (arch.moe && arch.moe->num_experts > 0 && t.name.find(".mlp.experts.") != std::string::npos) {
@@ -349,7 +351,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     model::Model& m = *lm.model;
     const model::Variant* var = lm.variant.get();  // the task mask load_model chose (--task)
     uint64_t vocab = m.vocab_size();
-    if (const auto* e = r.find("model.embed_tokens.weight"); e && !e->shape.empty())
+    if (const auto* e = r.find(cmf::tensor_name(cmf::TensorRole::Embed)); e && !e->shape.empty())
       vocab = std::min<uint64_t>(vocab, e->shape[0]);
     if (vocab == 0) fail(ErrorKind::Parse, "model '{}' has an empty vocabulary", path);
     std::mt19937_64 rng(opt.seed + threads);
