@@ -29,6 +29,7 @@
 #include "server/engine.h"
 #include "server/server.h"
 #include "shell.h"
+#include "tokenizer/jinja/jinja.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -981,6 +982,153 @@ TEST_F(ServeE2E, NonStreamDisconnectCancels) {
   EXPECT_EQ(h["completed"], 2) << h.dump();
   EXPECT_EQ(h["cancelled"], 1) << h.dump();
   stop_server();
+}
+
+// A chat template that would hang the server (10**10 loop iterations) or build a gigabyte ends with
+// a 400 naming the construct and the budget (issue 27 §3); the server goes on serving.
+TEST_F(ServeE2E, ChatTemplateBudgetIsA400AndTheServerGoesOn) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  const fs::path tpl = dir_ / "heavy.jinja";
+  std::ofstream(tpl)
+      << "{% for m in messages %}{% if m.content == 'hang' %}\n"
+         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+         "{% elif m.content == 'huge' %}{{ 'x' * 10**9 }}{% endif %}{{ m.role }}: {{ m.content }}\n"
+         "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+  start_server("--parallel 1 --threads 1 --chat-template-file " + tpl.string());
+  ASSERT_GT(port_, 0) << "server did not start";
+  auto chat = [](const std::string& content) {
+    return http(
+        port_, "POST", "/v1/chat/completions",
+        R"({"messages":[{"role":"user","content":")" + content + R"("}],"temperature":0,"max_tokens":4})");
+  };
+  auto r = chat("hang");
+  ASSERT_EQ(r.status, 400) << r.body;
+  const std::string hang = r.j()["error"]["message"];
+  EXPECT_NE(hang.find("render budget: for loop at line 2 ran past " +
+                      std::to_string(cortiq::jinja::kDefaultMaxSteps) + " steps (jinja::Options::max_steps)"),
+            std::string::npos)
+      << r.body;
+  r = chat("huge");
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.j()["error"]["message"].get<std::string>().find(
+                "render budget: string '*' would be 1000000000 bytes"),
+            std::string::npos)
+      << r.body;
+  r = chat("Hi");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["usage"]["completion_tokens"], 4) << r.body;
+  EXPECT_TRUE(alive());
+  stop_server();
+}
+
+// SIGTERM during a long streaming generation (issue 27 §3): the server stops within the documented
+// bound (--shutdown-grace + kShutdownSlackS), the stream gets a final "shutting down" error event,
+// stderr names the request as cancelled, and the exit status is 0.
+TEST_F(ServeE2E, SigtermCancelsALongStreamWithinTheBound) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  // The same weights with 32768 positions, so one generation runs for minutes instead of 512 tokens.
+  const fs::path hf = dir_ / "hf_long";
+  fs::create_directories(hf);
+  for (const auto& e : fs::directory_iterator(dir_ / "hf"))
+    if (e.path().filename() == "config.json")
+      continue;
+    else if (fs::is_symlink(e.path()))
+      fs::create_symlink(fs::read_symlink(e.path()), hf / e.path().filename());
+    else
+      fs::copy_file(e.path(), hf / e.path().filename());
+  {
+    std::ifstream in(dir_ / "hf" / "config.json");
+    json cfg = json::parse(in);
+    cfg["max_position_embeddings"] = 32768;
+    std::ofstream(hf / "config.json") << cfg.dump(2);
+  }
+  const std::string long_model = (dir_ / "long.cmf").string();
+  int rc = 0;
+  const std::string conv =
+      sh(std::string(CORTIQ_CLI_PATH) + " convert " + hf.string() + " -o " + long_model + " --quant f32 2>&1",
+         &rc);
+  ASSERT_EQ(rc, 0) << conv;
+  const std::string saved = model_;
+  model_ = long_model;
+  const double grace = 1.0;
+  start_server("--parallel 1 --threads 1 --ctx 32768 --shutdown-grace 1");
+  model_ = saved;
+  ASSERT_GT(port_, 0) << "server did not start";
+
+  // a stream of up to 30000 tokens, both end ids (</s> 2 and <s> 1, generation_config.json) barred;
+  // a reader thread keeps the socket drained
+  const int fd = connect_loopback(port_);
+  ASSERT_GE(fd, 0);
+  const std::string body =
+      R"({"prompt":"Once upon a time","temperature":0,"max_tokens":30000,"stream":true,"logit_bias":{"1":-100,"2":-100}})";
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string got;
+  bool eof = false;
+  std::thread reader([&] {
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+      std::lock_guard<std::mutex> g(mu);
+      got.append(buf, static_cast<size_t>(n));
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> g(mu);
+    eof = true;
+    cv.notify_all();
+  });
+  std::string id;
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(30),
+                [&] { return eof || got.find("\"cmpl-") != std::string::npos; });
+    const size_t at = got.find("\"cmpl-");
+    if (at != std::string::npos) id = got.substr(at + 1, got.find('"', at + 1) - at - 1);
+  }
+  ASSERT_FALSE(id.empty()) << got;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // well into the generation
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid_, SIGTERM), 0);
+  int st = 0;
+  pid_t done = 0;
+  const double bound = grace + cortiq::server::kShutdownSlackS + 3.0;  // + slack for a loaded machine
+  while ((done = ::waitpid(pid_, &st, WNOHANG)) == 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < bound + 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) ::kill(pid_, SIGKILL), ::waitpid(pid_, &st, 0);
+  pid_ = -1;
+  port_ = 0;
+  reader.join();
+  ::close(fd);
+  ASSERT_EQ(done > 0, true) << "still running " << took << " s after SIGTERM";
+  EXPECT_LE(took, bound);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+
+  std::ifstream ef(dir_ / "serve.err");
+  std::stringstream ss;
+  ss << ef.rdbuf();
+  const std::string err = ss.str();
+  EXPECT_NE(err.find("cortiq serve: SIGTERM: stopping"), std::string::npos) << err;
+  EXPECT_NE(err.find("cortiq serve: cancelled: #1 POST /v1/completions " + id + " (200)"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(": 0 finished, 1 cancelled"), std::string::npos) << err;
+  // the stream ended with the shutdown's error event and [DONE]
+  EXPECT_NE(got.find("server_shutting_down"), std::string::npos)
+      << got.substr(got.size() > 2000 ? got.size() - 2000 : 0);
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
 }
 
 TEST_F(ServeE2E, OfficialOpenAIClient) {

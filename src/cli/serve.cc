@@ -1,4 +1,6 @@
 // `cortiq serve <model.cmf>` — the OpenAI-compatible HTTP server (issue 7; src/server/server.h).
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -43,6 +45,14 @@ void setup(CLI::App& root) {
        "auto: a reasoning model's <think> block goes to reasoning_content (default); none: it stays in "
        "content")
       ->check(CLI::IsMember({"auto", "none"}));
+  c->add_option("--shutdown-grace", o->shutdown_grace_s,
+                fmt::format("on SIGTERM/SIGINT: seconds the requests in flight get to finish before they are "
+                            "cancelled (default 5); the server exits at most this + {:g} s after the signal, "
+                            "naming each request as finished or cancelled on stderr; a second signal cancels "
+                            "at once",
+                            server::kShutdownSlackS))
+      ->check(CLI::Range(0.0, 3600.0).description(""))
+      ->type_name("SECONDS");
   c->callback([o] {
     server::ServerOptions opt = *o;
     if (opt.api_key.empty())

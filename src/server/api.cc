@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cmf/hash.h"
+#include "util/error.h"
 #include "util/utf8.h"
 
 namespace cortiq::server {
@@ -227,6 +228,27 @@ ojson error_body(const ApiError& e) {
 
 ojson error_body(int status, std::string_view message) {
   return error_body(ApiError(status, std::string(message), status_type(status)));
+}
+
+ApiError api_error_of(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const ApiError& e) {
+    return e;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::InvalidArgument) return ApiError(400, e.message(), "invalid_request_error");
+    return ApiError(500, e.what(), "server_error");
+  } catch (const std::bad_alloc&) {
+    return ApiError(500, "out of memory while answering the request (std::bad_alloc)", "server_error");
+  } catch (const std::exception& e) {
+    return ApiError(500, std::string("internal error: ") + e.what(), "server_error");
+  } catch (...) {
+    return ApiError(500, "internal error: an exception that is not a std::exception", "server_error");
+  }
+}
+
+std::string dump_json(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 ChatCompletionRequest parse_chat_request(const ojson& b) {
@@ -716,7 +738,7 @@ ReasoningStream::Delta ReasoningStream::advance(std::string_view text, bool done
 }
 
 std::string sse_event(const ojson& j) {
-  return "data: " + j.dump() + "\n\n";
+  return "data: " + dump_json(j) + "\n\n";
 }
 
 std::string logprob_token(std::string_view bytes) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -46,6 +47,17 @@ struct ApiError : std::runtime_error {
 ojson error_body(const ApiError& e);
 /// Shorthand: error body for a status and message (type derived from the status).
 ojson error_body(int status, std::string_view message);
+
+/// The error answered for an exception a route handler let escape (`ep` non-null): an ApiError
+/// as it is; a cortiq::Error of kind InvalidArgument 400 with its message, of any other kind 500
+/// with "<Kind>: message"; std::bad_alloc 500 "out of memory …"; any other std::exception 500
+/// "internal error: what()"; anything else 500 naming no type. Never throws for a valid `ep`
+/// beyond std::bad_alloc.
+ApiError api_error_of(std::exception_ptr ep);
+
+/// `j` as compact JSON text; invalid UTF-8 in a string becomes U+FFFD instead of a throw (an
+/// answer must never fail on its own serialization).
+std::string dump_json(const ojson& j);
 
 /// Sampling and stopping settings common to both generation routes.
 struct SamplingOptions {
@@ -223,7 +235,7 @@ size_t partial_tag_suffix(std::string_view s, std::string_view tag);
 /// Random id with `prefix` and `n` alphanumerics (thread-safe).
 std::string random_id(std::string_view prefix, size_t n = 24);
 
-/// Text for the SSE wire: "data: " + json + "\n\n".
+/// Text for the SSE wire: "data: " + dump_json(j) + "\n\n" (never throws on invalid UTF-8).
 std::string sse_event(const ojson& j);
 
 /// A logprobs entry's `token` for a token whose text is `bytes` (Tokenizer::token_bytes): the

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "tokenizer/chat_template.h"
+#include "util/error.h"
 
 namespace cortiq::server {
 namespace {
@@ -520,6 +521,52 @@ TEST(Logprobs, PartialCharacterTokenIsSpelledAsBytes) {
   EXPECT_EQ(logprob_token(" time"), " time");
   EXPECT_EQ(logprob_token("\xE2\x80\x94"), "\xE2\x80\x94");  // a whole em dash
   EXPECT_EQ(logprob_token(""), "");
+}
+
+// An exception escaping a route handler becomes that request's OpenAI error (issue 27 §2): the
+// status and a message naming the cause, whatever was thrown.
+TEST(HandlerErrors, EveryExceptionMapsToAnOpenAIError) {
+  auto of = [](auto thrown) {
+    try {
+      throw thrown;
+    } catch (...) {
+      return api_error_of(std::current_exception());
+    }
+  };
+  ApiError e = of(ApiError(404, "no such model", "invalid_request_error", "model", "model_not_found"));
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  e = of(Error(ErrorKind::InvalidArgument, "logit_bias out of range"));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_STREQ(e.what(), "logit_bias out of range");
+  EXPECT_EQ(e.type, "invalid_request_error");
+  e = of(Error(ErrorKind::NonFinite, "layer 3 produced NaN"));
+  EXPECT_EQ(e.status, 500);
+  EXPECT_STREQ(e.what(), "NonFinite: layer 3 produced NaN");
+  EXPECT_EQ(e.type, "server_error");
+  e = of(std::bad_alloc());
+  EXPECT_EQ(e.status, 500);
+  EXPECT_STREQ(e.what(), "out of memory while answering the request (std::bad_alloc)");
+  e = of(std::out_of_range("vector::at"));
+  EXPECT_EQ(e.status, 500);
+  EXPECT_STREQ(e.what(), "internal error: vector::at");
+  e = of(42);
+  EXPECT_EQ(e.status, 500);
+  EXPECT_STREQ(e.what(), "internal error: an exception that is not a std::exception");
+  // the body is OpenAI's shape
+  const ojson body = error_body(e);
+  EXPECT_EQ(body["error"]["message"], "internal error: an exception that is not a std::exception");
+  EXPECT_EQ(body["error"]["type"], "server_error");
+  EXPECT_TRUE(body["error"]["param"].is_null());
+}
+
+// Serializing an answer never throws: invalid UTF-8 (a partial character from a byte token)
+// becomes U+FFFD, in SSE events too.
+TEST(HandlerErrors, DumpJsonReplacesInvalidUtf8) {
+  const ojson j = {{"text", std::string("ok \xE2\x82 end")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);
+  EXPECT_EQ(dump_json(j), "{\"text\":\"ok \xEF\xBF\xBD end\"}");
+  EXPECT_EQ(sse_event(j), "data: {\"text\":\"ok \xEF\xBF\xBD end\"}\n\n");
 }
 
 }  // namespace

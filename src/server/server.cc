@@ -23,6 +23,7 @@
 #include "server/api.h"
 #include "server/connection.h"
 #include "server/engine.h"
+#include "server/shutdown.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/value.h"
 #include "util/atomic_file.h"
@@ -37,6 +38,12 @@ bool server_available() noexcept {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+/// The InFlight number of the request this worker thread is answering (set by the route wrapper),
+/// and whether its handler handed that entry to a stream, whose end (the content provider's
+/// releaser, on the same thread) closes it.
+thread_local uint64_t t_request = 0;
+thread_local bool t_streaming = false;
 
 int64_t unix_now() {
   return static_cast<int64_t>(std::time(nullptr));
@@ -81,7 +88,7 @@ bool consteq(const std::string& a, const std::string& b) {
 
 void send_json(httplib::Response& res, int status, const ojson& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(dump_json(j), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -100,7 +107,8 @@ ojson parse_body(const httplib::Request& req) {
 
 class Service {
  public:
-  explicit Service(const ServerOptions& opt) : opt_(opt), lm_(runtime::load_model(opt.model_path, opt.load)) {
+  Service(const ServerOptions& opt, InFlight& inflight)
+      : opt_(opt), inflight_(inflight), lm_(runtime::load_model(opt.model_path, opt.load)) {
     if (!lm_.tokenizer)
       fail(ErrorKind::Unsupported,
            "'{}' has no tokenizer (vocab section or sidecar tokenizer.json): cannot serve text",
@@ -193,7 +201,7 @@ class Service {
     if (b.contains("messages")) {
       ojson cb = b;
       auto r = parse_chat_request(cb);
-      ids = lm_.tokenizer->encode(render(r), false);
+      ids = lm_.tokenizer->encode(render(r, client_fd(req)), false);
     } else {
       const char* key = b.contains("content") ? "content" : b.contains("prompt") ? "prompt" : "text";
       auto it = b.find(key);
@@ -265,12 +273,13 @@ class Service {
     // and the generated text is parsed with it in front.
     const std::string forced =
         forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_, mistral_space_);
-    const std::string prompt = render(r) + forced;
+    const int fd = client_fd(req);
+    const std::string prompt = render(r, fd) + forced;
     // a generation prompt ending in <think> (DeepSeek-R1, QwQ) starts the answer inside the block
     const bool think_inside = reasoning_ && forced.empty() && prompt_opens_reasoning(prompt);
     auto job = make_job(lm_.tokenizer->encode(prompt, false), r.sampling, r.task, "messages");
     const bool want_lp = r.sampling.logprobs;
-    Generation g = start(req, std::move(job), r.model, "chatcmpl-");
+    Generation g = start(req, std::move(job), r.model, "chatcmpl-", fd);
     if (!r.stream) {
       std::string out;
       ojson lps = ojson::array();
@@ -382,7 +391,7 @@ class Service {
     // tokens lead the logprobs, the first with null; text_offset is each token's place in the text.
     const bool scored = r.echo && want_lp;
     job->prompt_logprobs = scored;
-    Generation g = start(req, std::move(job), r.model, "cmpl-");
+    Generation g = start(req, std::move(job), r.model, "cmpl-", client_fd(req));
     if (!r.stream) {
       std::string out = echo;
       std::vector<TokenLogprob> gen;
@@ -456,19 +465,28 @@ class Service {
     std::function<std::vector<ojson>(const Channel::Event&)> closing;
   };
 
+  /// The client's socket of `req` (find_connection_fd; -1 when not found), noted in the request's
+  /// InFlight entry so a shutdown can cut it.
+  int client_fd(const httplib::Request& req) {
+    const int fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    inflight_.set_fd(t_request, fd);
+    return fd;
+  }
+
   /// Queues `job` (429 when the wait queue is full) and names its response: id = `id_prefix` + 24
-  /// random alphanumerics, model = the request's `model` or ours.
+  /// random alphanumerics, model = the request's `model` or ours. `fd`: the client's socket.
   Generation start(const httplib::Request& req, std::shared_ptr<Job> job, const std::string& model,
-                   std::string_view id_prefix) {
+                   std::string_view id_prefix, int fd) {
     Generation g;
     g.model = model.empty() ? model_id_ : model;
     g.id = random_id(id_prefix);
     g.created = unix_now();
     g.prompt_tokens = job->prompt.size();
     g.ch = attach(job);
-    g.fd = find_connection_fd(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    g.fd = fd;
     g.route = req.method + " " + req.path;
     g.started = clock_type::now();
+    inflight_.attach(t_request, g.id, job, fd);  // a shutdown names it and can cancel it from here on
     if (!engine_->submit(job)) throw busy();
     g.job = std::move(job);
     return g;
@@ -477,9 +495,9 @@ class Service {
   /// Waits for the end of a non-stream generation, handing every text event to `on_text`. Cancels
   /// the job when the client hangs up (checked before every wait, so at least once per decoded token
   /// and every 100 ms while queued). Returns the final event; throws ApiError(500) for a failed
-  /// generation and ApiError(499, nginx's "client closed request") for a cancelled one.
-  static Channel::Event collect(const Generation& g,
-                                const std::function<void(const Channel::Event&)>& on_text) {
+  /// generation, ApiError(503) for one the shutdown cancelled and ApiError(499, nginx's "client
+  /// closed request") for one the client cancelled.
+  Channel::Event collect(const Generation& g, const std::function<void(const Channel::Event&)>& on_text) {
     for (;;) {
       if (!g.job->cancel.load() && peer_gone(g.fd)) g.job->cancel = true;
       auto e = g.ch->pop(100);
@@ -489,6 +507,7 @@ class Service {
         continue;
       }
       if (e->finish == "error") throw ApiError(500, "generation failed: " + e->error, "server_error");
+      if (e->finish == "cancelled" && inflight_.cancelling()) throw shutting_down("generation");
       if (e->finish == "cancelled")
         throw ApiError(499, "the client closed the connection; generation cancelled", "server_error");
       return std::move(*e);
@@ -510,8 +529,11 @@ class Service {
   /// Answers with Server-Sent Events: every chunk is an `object` (`chat.completion.chunk` /
   /// `text_completion`) carrying one choice from `src`, with `"usage": null` when `include_usage`;
   /// then, with `include_usage`, a chunk with no choices and the usage; then `data: [DONE]`. A failed
-  /// generation sends an error event and [DONE]. A client that hangs up (failed write, or the
-  /// socket found closed while no event came for 100 ms) cancels the job.
+  /// generation sends an error event and [DONE], as does one the shutdown cancelled and any
+  /// exception while writing (cpp-httplib calls the provider outside its handler's try, so one
+  /// escaping would end the process). A client that hangs up (failed write, or the socket found
+  /// closed while no event came for 100 ms) cancels the job. The stream's end closes the request's
+  /// InFlight entry.
   void stream(httplib::Response& res, Generation g, const char* object, bool include_usage, ChunkSource src) {
     auto envelope = [g, object, include_usage](ojson choices) {
       ojson c = {{"id", g.id},
@@ -525,10 +547,12 @@ class Service {
     };
     auto opened = std::make_shared<bool>(false);
     auto job = g.job;
+    InFlight* inflight = &inflight_;
+    t_streaming = true;  // the releaser below ends the entry
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [g, src, envelope, include_usage, opened](size_t, httplib::DataSink& sink) -> bool {
+        [g, src, envelope, include_usage, opened, inflight](size_t, httplib::DataSink& sink) -> bool {
           auto write = [&](const std::string& s) {
             if (!sink.write(s.data(), s.size())) {
               g.job->cancel = true;
@@ -541,35 +565,54 @@ class Service {
               if (!write(sse_event(envelope(ojson::array({c}))))) return false;
             return true;
           };
-          if (!*opened) {
-            *opened = true;
-            if (!write_choices(src.opening())) return false;
-          }
-          auto e = g.ch->pop(100);
-          if (!e) {
-            if ((sink.is_writable && !sink.is_writable()) || peer_gone(g.fd)) {
-              g.job->cancel = true;
-              return false;
+          try {
+            if (!*opened) {
+              *opened = true;
+              if (!write_choices(src.opening())) return false;
             }
+            auto e = g.ch->pop(100);
+            if (!e) {
+              if ((sink.is_writable && !sink.is_writable()) || peer_gone(g.fd)) {
+                g.job->cancel = true;
+                return false;
+              }
+              return true;
+            }
+            if (!e->done) return write_choices(src.text(*e));
+            if (e->finish == "error") {
+              write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
+            } else if (e->finish == "cancelled" && inflight->cancelling()) {
+              write(sse_event(error_body(shutting_down("generation"))));
+            } else {
+              if (!write_choices(src.closing(*e))) return false;
+              if (include_usage) {
+                ojson u = envelope(ojson::array());
+                u["usage"] = usage(g.prompt_tokens, e->completion_tokens, g.job->cached_tokens);
+                if (!write(sse_event(u))) return false;
+              }
+            }
+            write("data: [DONE]\n\n");
+            sink.done();
             return true;
-          }
-          if (!e->done) return write_choices(src.text(*e));
-          if (e->finish == "error") {
-            write(sse_event(error_body(ApiError(500, "generation failed: " + e->error, "server_error"))));
-          } else {
-            if (!write_choices(src.closing(*e))) return false;
-            if (include_usage) {
-              ojson u = envelope(ojson::array());
-              u["usage"] = usage(g.prompt_tokens, e->completion_tokens, g.job->cached_tokens);
-              if (!write(sse_event(u))) return false;
+          } catch (...) {
+            g.job->cancel = true;
+            try {
+              write(sse_event(error_body(api_error_of(std::current_exception()))));
+              write("data: [DONE]\n\n");
+              sink.done();
+              return true;
+            } catch (...) {
+              return false;  // cpp-httplib closes the connection
             }
           }
-          write("data: [DONE]\n\n");
-          sink.done();
-          return true;
         },
-        [job, log = opt_.log_requests, route = g.route, started = g.started](bool success) {
+        [job, log = opt_.log_requests, route = g.route, started = g.started, inflight,
+         rid = t_request](bool success) {
           job->cancel = true;
+          try {
+            inflight->end(rid, 200);
+          } catch (...) {  // a releaser runs in a destructor: nothing may escape it
+          }
           // a streamed answer is logged when it ends (the route's handler returned at its start)
           if (log)
             std::fprintf(stderr, "%s -> 200 stream %s (%.1f ms)\n", route.c_str(),
@@ -606,6 +649,11 @@ class Service {
             {"top_logprobs", ojson::array()},
             {"text_offset", ojson::array()}};
   }
+  /// The answer to a request the shutdown cancelled while `what` ("generation") was running.
+  static ApiError shutting_down(const std::string& what) {
+    return ApiError(503, "the server is shutting down: the " + what + " was cancelled", "server_error",
+                    std::nullopt, "server_shutting_down");
+  }
   static ApiError busy() {
     return ApiError(429, "the server is busy: every slot is in use and the wait queue is full; retry later",
                     "rate_limit_error", std::nullopt, "queue_full");
@@ -619,7 +667,9 @@ class Service {
             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
-  std::string render(const ChatCompletionRequest& r) {
+  /// The request's prompt from the chat template. The render stops (TemplateError(Cancelled)) when
+  /// the client on `fd` hangs up or a shutdown cancels the requests in flight.
+  std::string render(const ChatCompletionRequest& r, int fd) {
     if (!tmpl_) throw ApiError(400, "this model has no chat template: use /v1/completions with a raw prompt");
     if (!r.tools.is_null() && !template_supports_tools(tmpl_->source()))
       throw ApiError(400,
@@ -632,8 +682,15 @@ class Service {
     if (tool_format_ == ToolFormat::Mistral) mistral_call_ids(cr.messages);  // its templates want 9 alnum ids
     cr.tools = r.tools;
     cr.enable_thinking = r.enable_thinking;
+    cr.jinja.cancelled = [this, fd] { return inflight_.cancelling() || peer_gone(fd); };
     try {
       return tmpl_->apply(cr);
+    } catch (const jinja::TemplateError& e) {
+      if (e.tpl_kind() != jinja::TplErrorKind::Cancelled)
+        throw ApiError(400, "the chat template rejected the messages: " + e.message());
+      if (inflight_.cancelling()) throw shutting_down("chat template render");
+      throw ApiError(499, "the client closed the connection; the chat template render was cancelled",
+                     "server_error");
     } catch (const Error& e) {
       throw ApiError(400, "the chat template rejected the messages: " + e.message());
     }
@@ -793,6 +850,7 @@ class Service {
   }
 
   ServerOptions opt_;
+  InFlight& inflight_;  ///< the requests being answered (for the shutdown)
   runtime::LoadedModel lm_;
   std::string model_id_;
   int64_t created_ = unix_now();
@@ -818,7 +876,9 @@ int run_server(const ServerOptions& opt) {
   pthread_sigmask(SIG_BLOCK, &stopset, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Service svc(opt);
+  InFlight inflight(
+      [](const std::string& line) { std::fprintf(stderr, "cortiq serve: %s\n", line.c_str()); });
+  Service svc(opt, inflight);
   httplib::Server http;
   const size_t workers = opt.parallel + opt.queue + 8;
   http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
@@ -836,19 +896,30 @@ int run_server(const ServerOptions& opt) {
 
   // Whether `wrap` logged the request this thread is answering (--log-requests).
   static thread_local bool t_request_logged = false;
-  auto wrap = [&opt](auto fn) {
-    return [fn, &opt](const httplib::Request& req, httplib::Response& res) {
+  // Every route runs inside `wrap`: the request is an InFlight entry from here to the end of its
+  // response (a stream's releaser ends it), and any exception becomes its OpenAI error
+  // (api_error_of); should even that fail, cpp-httplib's exception handler below answers.
+  auto wrap = [&opt, &inflight](auto fn) {
+    return [fn, &opt, &inflight](const httplib::Request& req, httplib::Response& res) {
       const auto t0 = clock_type::now();
+      t_request = inflight.begin(req.method + " " + req.path);
+      t_streaming = false;
+      struct End {
+        InFlight& f;
+        httplib::Response& res;
+        ~End() {
+          if (t_streaming) return;
+          try {
+            f.end(t_request, res.status);
+          } catch (...) {
+          }
+        }
+      } end{inflight, res};
       try {
         fn(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const Error& e) {
-        const int status = e.kind() == ErrorKind::InvalidArgument ? 400 : 500;
-        send_error(res,
-                   ApiError(status, e.message(), status == 400 ? "invalid_request_error" : "server_error"));
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+      } catch (...) {
+        t_streaming = false;  // a handler that threw after setting up a stream answers the error
+        send_error(res, api_error_of(std::current_exception()));
       }
       if (opt.log_requests) {
         // status -1: a stream was set up; its line comes when it ends (stream())
@@ -862,6 +933,8 @@ int run_server(const ServerOptions& opt) {
   // Requests answered before or outside a route (401 from the key check, 404/405, 413, malformed
   // HTTP) are logged when their response is written; routed ones were logged by `wrap` on the same
   // thread, with their handler time.
+  // (The logger and the error handler run outside cpp-httplib's try around handlers: nothing may
+  // escape them.)
   http.set_logger([&opt](const httplib::Request& req, const httplib::Response& res) {
     if (opt.log_requests && !t_request_logged)
       std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
@@ -871,7 +944,16 @@ int run_server(const ServerOptions& opt) {
   const std::string key = opt.api_key;
   const std::vector<std::string> cors = opt.cors_origins;
   const size_t max_body = opt.max_body_bytes;
-  http.set_pre_routing_handler([key, cors, max_body](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing_handler([key, cors, max_body, &inflight](const httplib::Request& req,
+                                                                httplib::Response& res) {
+    // During a shutdown's grace period the listener still accepts (cpp-httplib's stop() would also
+    // end every stream in flight at once), but new requests are refused here.
+    if (inflight.stopping()) {
+      send_error(res, ApiError(503, "the server is shutting down", "server_error", std::nullopt,
+                               "server_shutting_down"));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // CORS (Fetch standard): an allowed Origin gets Access-Control-Allow-Origin on every answer; a
     // preflight (OPTIONS) is answered here, before the key check, since browsers send it without
     // credentials.
@@ -969,36 +1051,52 @@ int run_server(const ServerOptions& opt) {
   };
   std::map<std::string, std::string, std::less<>> route_method;
   for (const Route& r : routes) route_method[r.path] = r.method;
-  http.set_error_handler([&route_method](const httplib::Request& req, httplib::Response& res) {
+  http.set_error_handler([&route_method](const httplib::Request& req, httplib::Response& res) noexcept {
     if (!res.body.empty()) return;
-    const auto route = route_method.find(req.path);
-    if (res.status == 404 && route != route_method.end() && route->second != req.method) {
-      res.status = 405;
-      res.set_header("Allow", route->second);
+    try {
+      const auto route = route_method.find(req.path);
+      if (res.status == 404 && route != route_method.end() && route->second != req.method) {
+        res.status = 405;
+        res.set_header("Allow", route->second);
+      }
+      std::string msg;
+      switch (res.status) {
+        case 404:
+          msg = "no such route";
+          break;
+        case 405:
+          msg = req.method + " is not allowed on " + req.path + " (use " +
+                (route != route_method.end() ? route->second : std::string("another method")) + ")";
+          break;
+        case 413:
+          msg = "request body too large";
+          break;
+        case 400:
+          msg = "malformed HTTP request";
+          break;
+        default:
+          msg = "HTTP error " + std::to_string(res.status);
+      }
+      res.set_content(dump_json(error_body(res.status, msg)), "application/json");
+    } catch (...) {
+      res.set_content(
+          R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})",
+          "application/json");
     }
-    std::string msg;
-    switch (res.status) {
-      case 404:
-        msg = "no such route";
-        break;
-      case 405:
-        msg = req.method + " is not allowed on " + req.path + " (use " +
-              (route != route_method.end() ? route->second : std::string("another method")) + ")";
-        break;
-      case 413:
-        msg = "request body too large";
-        break;
-      case 400:
-        msg = "malformed HTTP request";
-        break;
-      default:
-        msg = "HTTP error " + std::to_string(res.status);
-    }
-    res.set_content(error_body(res.status, msg).dump(), "application/json");
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error", "server_error"));
-  });
+  // What escaped a route wrapper (or the pre-routing handler): the request's OpenAI error naming the
+  // cause; the server goes on with the next request. Called inside cpp-httplib's catch: must not throw.
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) noexcept {
+        try {
+          send_error(res, api_error_of(ep));
+        } catch (...) {
+          res.status = 500;
+          res.set_content(
+              R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})",
+              "application/json");
+        }
+      });
 
   for (const Route& r : routes) {
     if (std::string_view(r.method) == "GET")
@@ -1020,17 +1118,47 @@ int run_server(const ServerOptions& opt) {
   std::printf("Listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);
 
+  // The watcher waits for a stop signal, drains the requests in flight (shutdown.h; new ones get
+  // 503 meanwhile), then stops the listener. The main thread returns from listen once every worker
+  // is done;
+  // if that has not happened kExitWaitS after the drain (idle keep-alive connections hold a worker
+  // up to cpp-httplib's 5 s keep-alive timeout, or a request was abandoned), the watcher ends the
+  // process itself: the stop is bounded by shutdown_grace_s + kShutdownSlackS.
+  constexpr double kExitWaitS = kShutdownSlackS - kCancelWindowS - kCutWindowS;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool listen_done = false;
   std::thread watcher([&] {
-    int sig = 0;
-    sigwait(&stopset, &sig);
-    http.stop();
+    const timespec tick{0, 100 * 1000 * 1000};
+    int sig = -1;
+    for (;;) {
+      sig = sigtimedwait(&stopset, nullptr, &tick);
+      if (sig > 0) break;
+      std::lock_guard<std::mutex> g(done_mu);
+      if (listen_done) return;  // listen failed: nothing to drain
+    }
+    const auto hurry = [&] {  // a second signal cancels at once
+      const timespec zero{0, 0};
+      if (sigtimedwait(&stopset, nullptr, &zero) <= 0) return false;
+      std::fprintf(stderr, "cortiq serve: second signal: cancelling now\n");
+      return true;
+    };
+    drain(inflight, sig == SIGINT ? "SIGINT" : "SIGTERM", std::max(0.0, opt.shutdown_grace_s), hurry);
+    http.stop();  // (after the drain: stop() ends the chunked responses still being written)
+    std::unique_lock<std::mutex> lk(done_mu);
+    if (done_cv.wait_for(lk, std::chrono::duration<double>(kExitWaitS), [&] { return listen_done; })) return;
+    std::fprintf(stderr, "cortiq serve: exiting without waiting for idle connections\n");
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(0);
   });
   http.listen_after_bind();
-  // listen returned: either a signal stopped it (watcher done) or it failed; wake the watcher.
-  if (watcher.joinable()) {
-    pthread_kill(watcher.native_handle(), SIGTERM);
-    watcher.join();
+  {
+    std::lock_guard<std::mutex> g(done_mu);
+    listen_done = true;
   }
+  done_cv.notify_all();
+  watcher.join();
   return 0;
 }
 

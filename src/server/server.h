@@ -5,7 +5,9 @@
 // Security: binds 127.0.0.1 unless `host` says otherwise; with an API key every route but the
 // health check requires `Authorization: Bearer KEY` (401 otherwise); bodies over max_body_bytes
 // get 413; a full wait queue 429; all errors are OpenAI error JSON.
-// A client that hangs up (stream or not) cancels its sequence at the next step (server/connection.h).
+// A client that hangs up (stream or not) cancels its sequence at the next step (server/connection.h),
+// and its chat-template render. An exception escaping a handler answers that request with an
+// OpenAI error (api_error_of); the server goes on. SIGTERM/SIGINT: bounded stop (server/shutdown.h).
 // GET /health: {status, model, slots, active, waiting, completed, cancelled, capabilities}.
 #pragma once
 
@@ -39,14 +41,24 @@ struct ServerOptions {
   /// Empty: none, so a web page cannot read the answers of a server on this machine. Preflight
   /// OPTIONS requests are answered (204) without the API key either way.
   std::vector<std::string> cors_origins;
+  /// On SIGTERM/SIGINT: seconds the requests in flight get to finish before they are cancelled
+  /// (server/shutdown.h). The process exits at most shutdown_grace_s + kShutdownSlackS after the
+  /// signal; a second signal cancels at once.
+  double shutdown_grace_s = 5.0;
 };
+
+/// Seconds a stop may take beyond the grace period: the cancel window, the cut window and the
+/// wait for the listener's worker threads (1 s each).
+inline constexpr double kShutdownSlackS = 3.0;
 
 /// Whether this build has the HTTP server (cpp-httplib linked).
 bool server_available() noexcept;
 
 /// Loads the model, binds, prints `Listening on http://HOST:PORT` (stdout, flushed) and serves
-/// until SIGINT/SIGTERM. Returns 0 on a clean stop. Throws cortiq::Error for a model that cannot
-/// load, Error(Io) when the address cannot be bound, Error(Unsupported) when built without
+/// until SIGINT/SIGTERM, then stops as ServerOptions::shutdown_grace_s says, naming on stderr each
+/// request in flight as finished or cancelled. Returns 0 on a clean stop (and exits the process
+/// with 0 itself when requests or idle connections are still open at the bound). Throws cortiq::Error for a
+/// model that cannot load, Error(Io) when the address cannot be bound, Error(Unsupported) when built without
 /// cpp-httplib.
 int run_server(const ServerOptions& opt);
 

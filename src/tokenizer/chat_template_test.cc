@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -33,10 +34,21 @@ struct Outcome {
   int line = 0;
 };
 
+// The step budget the golden cases render with, and the most steps one of them took.
+uint64_t g_max_steps = jinja::kDefaultMaxSteps;
+uint64_t g_peak_steps = 0;
+
 Outcome run(const std::string& src, const ordered_json& ctx, std::time_t now) {
   Outcome o;
   jinja::Options opt;
   opt.now = now;
+  opt.max_steps = g_max_steps;
+  uint64_t steps = 0;
+  opt.steps_used = &steps;
+  struct Peak {
+    uint64_t& s;
+    ~Peak() { g_peak_steps = std::max(g_peak_steps, s); }
+  } peak{steps};
   try {
     o.output = render_chat_template(src, ctx, opt);
     o.ok = true;
@@ -71,7 +83,7 @@ void check_case(const std::string& file, const std::string& src, const ordered_j
   }
 }
 
-TEST(ChatTemplateGolden, Constructs) {
+void constructs_goldens() {
   ordered_json doc = load(golden_dir() + "/constructs.json");
   int n = 0;
   for (auto& c : doc["cases"])
@@ -80,7 +92,7 @@ TEST(ChatTemplateGolden, Constructs) {
   EXPECT_GE(n, 100);
 }
 
-TEST(ChatTemplateGolden, RealModelTemplates) {
+void real_model_goldens() {
   int files = 0, n = 0;
   for (auto& ent : std::filesystem::directory_iterator(golden_dir())) {
     if (ent.path().filename() == "constructs.json" || ent.path().extension() != ".json") continue;
@@ -94,6 +106,29 @@ TEST(ChatTemplateGolden, RealModelTemplates) {
     EXPECT_GE(n - before, 10) << ent.path();
   }
   EXPECT_GE(files, 5);
+}
+
+TEST(ChatTemplateGolden, Constructs) {
+  constructs_goldens();
+}
+
+TEST(ChatTemplateGolden, RealModelTemplates) {
+  real_model_goldens();
+}
+
+// The default render budget is generous for real templates: every golden renders the same with a
+// hundredth of the default steps (the peak is printed for tuning).
+TEST(ChatTemplateGolden, RenderWithinAHundredthOfTheStepBudget) {
+  g_max_steps = jinja::kDefaultMaxSteps / 100;
+  g_peak_steps = 0;
+  constructs_goldens();
+  real_model_goldens();
+  g_max_steps = jinja::kDefaultMaxSteps;
+  std::printf("most steps of a golden case: %llu (budget %llu)\n",
+              static_cast<unsigned long long>(g_peak_steps),
+              static_cast<unsigned long long>(jinja::kDefaultMaxSteps));
+  EXPECT_GT(g_peak_steps, 0u);
+  EXPECT_LE(g_peak_steps, jinja::kDefaultMaxSteps / 100);
 }
 
 // PITFALLS TPL-3: tojson like transformers, and the Qwen3 system block byte for byte.
@@ -120,6 +155,37 @@ TEST(ChatTemplate, TojsonPitfall) {
                      "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}"),
             std::string::npos)
       << out;
+}
+
+// The shipped tokenizers' templates (../shared/models/*/tokenizer_config.json) render the same
+// under the default budget as with no budget at all, each well within it.
+TEST(ChatTemplate, SharedModelTemplatesRenderTheSameUnderTheBudget) {
+  const std::filesystem::path models = std::filesystem::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models";
+  if (!std::filesystem::exists(models)) GTEST_SKIP() << "shared models missing";
+  ChatRequest req;
+  req.messages = ordered_json::parse(R"([{"role":"user","content":"Hello, who are you?"},
+      {"role":"assistant","content":"A helpful assistant."},{"role":"user","content":"Tell me a story."}])");
+  int rendered = 0;
+  for (const auto& ent : std::filesystem::directory_iterator(models)) {
+    const auto cfg_path = ent.path() / "tokenizer_config.json";
+    if (!std::filesystem::exists(cfg_path)) continue;
+    const ordered_json cfg = load(cfg_path.string());
+    if (!cfg.contains("chat_template") || cfg["chat_template"].is_null()) continue;
+    auto tpl = ChatTemplate::from_tokenizer_config(cfg);
+    ChatRequest unlimited = req, budgeted = req;
+    unlimited.jinja.max_steps = 0;
+    unlimited.jinja.max_bytes = SIZE_MAX;
+    unlimited.jinja.max_items = SIZE_MAX;
+    uint64_t steps = 0;
+    budgeted.jinja.steps_used = &steps;
+    const std::string want = tpl.apply(unlimited);
+    EXPECT_EQ(tpl.apply(budgeted), want) << cfg_path;
+    EXPECT_GT(steps, 0u) << cfg_path;
+    EXPECT_LT(steps, jinja::kDefaultMaxSteps / 1000) << cfg_path;
+    EXPECT_NE(want.find("Tell me a story."), std::string::npos) << cfg_path << ":\n" << want;
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 1);
 }
 
 TEST(ChatTemplate, SyntaxErrorNamesLineAndColumn) {
@@ -241,7 +307,11 @@ TEST(ChatTemplate, DISABLED_Bench50Messages) {
   for (int k = 0; k < iters; ++k) total += tpl.apply(req).size();
   double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-  std::printf("qwen3 template, 50 messages: %.1f us per render (%zu bytes)\n", us, total / iters);
+  uint64_t steps = 0;
+  req.jinja.steps_used = &steps;
+  tpl.apply(req);
+  std::printf("qwen3 template, 50 messages: %.1f us per render (%zu bytes, %llu steps)\n", us, total / iters,
+              static_cast<unsigned long long>(steps));
 }
 
 }  // namespace

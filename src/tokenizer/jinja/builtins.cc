@@ -209,6 +209,7 @@ std::string replace_impl(const std::string& s, const std::string& old, const std
       if (count < 0 || n < count) {
         out += nw;
         ++n;
+        budget_bytes(out.size(), "string from replace()");
       }
       if (k < u.size()) utf8_append(out, u[k]);
     }
@@ -221,6 +222,7 @@ std::string replace_impl(const std::string& s, const std::string& old, const std
     out += nw;
     start = p + old.size();
     ++n;
+    budget_bytes(out.size(), "string from replace()");
   }
   out.append(s, start, std::string::npos);
   return out;
@@ -264,6 +266,8 @@ std::string pad(const std::string& s, int64_t width, char32_t fill, char align) 
   int64_t left = align == '<' ? 0 : align == '>' ? m : m / 2 + (m & width & 1);
   std::string f;
   utf8_append(f, fill);
+  // checked before it is built: a width of 10**9 must not allocate a gigabyte
+  budget_bytes(s.size() + static_cast<uint64_t>(m) * f.size(), "string padded to a width");
   std::string out;
   for (int64_t k = 0; k < left; ++k) out += f;
   out += s;
@@ -295,12 +299,13 @@ std::string format_spec(const Value& v, const std::string& spec) {
     ++i;
   }
   int64_t width = 0;
-  while (i < u.size() && u[i] >= '0' && u[i] <= '9') width = width * 10 + (u[i++] - '0');
+  constexpr int64_t kHuge = int64_t{1} << 50;  // digits past it cannot fit any budget: stop growing
+  while (i < u.size() && u[i] >= '0' && u[i] <= '9') width = std::min(kHuge, width * 10 + (u[i++] - '0'));
   int64_t prec = -1;
   if (i < u.size() && u[i] == '.') {
     ++i;
     prec = 0;
-    while (i < u.size() && u[i] >= '0' && u[i] <= '9') prec = prec * 10 + (u[i++] - '0');
+    while (i < u.size() && u[i] >= '0' && u[i] <= '9') prec = std::min(kHuge, prec * 10 + (u[i++] - '0'));
   }
   char type = 0;
   if (i < u.size()) type = static_cast<char>(u[i++]);
@@ -345,7 +350,11 @@ std::string format_spec(const Value& v, const std::string& spec) {
       pre = body.substr(0, 1);
       body = body.substr(1);
     }
-    while (static_cast<int64_t>(utf8_length(pre + body)) < width) body = "0" + body;
+    const int64_t len = static_cast<int64_t>(utf8_length(pre + body));
+    if (len < width) {
+      budget_bytes(static_cast<uint64_t>(width), "string padded to a width");
+      body.insert(0, static_cast<size_t>(width - len), '0');
+    }
     return pre + body;
   }
   if (!align) align = numeric ? '>' : '<';
@@ -499,15 +508,23 @@ std::string printf_format(const std::string& f, const Value& args) {
       throw_tpl(TplErrorKind::Unsupported, fmt::format("%-format conversion '{}'", conv));
     }
     if (!spec.empty()) {
-      bool left = spec[0] == '-';
-      std::string w = spec.substr(left ? 1 : 0);
+      // flags, then width and precision digits (capped: a width past 2**50 fits no budget anyway)
+      auto number = [](std::string_view digits) {
+        int64_t n = 0;
+        for (char c : digits)
+          if (c >= '0' && c <= '9') n = std::min(int64_t{1} << 50, n * 10 + (c - '0'));
+        return n;
+      };
+      size_t k = 0;
+      bool left = false;
+      while (k < spec.size() && std::strchr("-+ 0#", spec[k])) left |= spec[k++] == '-';
+      std::string w = spec.substr(k);
       size_t dot = w.find('.');
       if (dot != std::string::npos) {
-        body = utf8_encode(utf8_decode(body).substr(0, std::stoul("0" + w.substr(dot + 1))));
+        body = utf8_encode(utf8_decode(body).substr(0, static_cast<size_t>(number(w.substr(dot + 1)))));
         w = w.substr(0, dot);
       }
-      int64_t width = w.empty() ? 0 : std::stoll(w);
-      body = pad(body, width, ' ', left ? '<' : '>');
+      body = pad(body, number(w), ' ', left ? '<' : '>');
     }
     out += body;
   }
@@ -572,6 +589,7 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
                 fmt::format("{}() takes at least {} argument(s) ({} given)", name, n, a.pos.size()));
     return a.pos[n - 1];
   };
+  budget.step(value_cost(self));  // a method walks its object (find, split, index, ...)
   if (self.is_string()) {
     const std::string& s = self.s;
     if (name == "startswith" || name == "endswith") {
@@ -622,6 +640,7 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
         if (!first) out += s;
         first = false;
         out += need_str(x, "sequence item");
+        budget_bytes(out.size(), "string from str.join()");
       }
       return Value::string(out);
     }
@@ -669,7 +688,11 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
         sign = body.substr(0, 1);
         body = body.substr(1);
       }
-      while (static_cast<int64_t>(utf8_length(sign + body)) < w) body = "0" + body;
+      const int64_t len = static_cast<int64_t>(utf8_length(sign + body));
+      if (len < w) {
+        budget_bytes(static_cast<uint64_t>(w), "string from zfill()");
+        body.insert(0, static_cast<size_t>(w - len), '0');
+      }
       return Value::string(sign + body);
     }
     if (name == "removeprefix" || name == "removesuffix") {
@@ -873,7 +896,7 @@ Value f_tojson(Interp&, const Value& v, CallArgs& a) {
       indent_str = ind->s;
       if (indent_str.empty()) indent = 0;
     } else {
-      indent = static_cast<int>(std::max<int64_t>(0, to_int(*ind, "indent")));
+      indent = static_cast<int>(std::clamp<int64_t>(to_int(*ind, "indent"), 0, INT32_MAX));
     }
   }
   std::string item_sep, key_sep;
@@ -927,6 +950,7 @@ Value f_join(Interp& in, const Value& v, CallArgs& a) {
     if (!first) out += d;
     first = false;
     out += to_str(attribute && !attribute->is_none() ? attr_path(in, x, to_str(*attribute)) : x);
+    budget_bytes(out.size(), "string from filter 'join'");
   }
   return Value::string(out);
 }
@@ -1140,8 +1164,10 @@ Value f_batch(Interp&, const Value& v, CallArgs& a) {
     }
   }
   if (!cur.empty()) {
-    if (fill && !fill->is_none())
+    if (fill && !fill->is_none()) {
+      budget_items(static_cast<uint64_t>(n), "list from filter 'batch'");
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
+    }
     out.push_back(Value::array(std::move(cur)));
   }
   return Value::array(std::move(out));
@@ -1221,13 +1247,13 @@ Value f_attr(Interp& in, const Value& v, CallArgs& a) {
 }
 Value f_indent(Interp&, const Value& v, CallArgs& a) {
   const Value* w = arg(a, 0, "width");
-  std::string ind =
-      w && w->is_string()
-          ? w->s
-          : std::string(static_cast<size_t>(std::max<int64_t>(0, w ? to_int(*w, "width") : 4)), ' ');
+  const int64_t width = w && !w->is_string() ? std::max<int64_t>(0, to_int(*w, "width")) : 4;
+  if (!w || !w->is_string()) budget_bytes(static_cast<uint64_t>(width), "indent width");
+  std::string ind = w && w->is_string() ? w->s : std::string(static_cast<size_t>(width), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
   std::string s = to_str(v) + "\n";
   std::vector<std::string> lines = splitlines(s, false);
+  budget_bytes(s.size() + (lines.size() + 1) * ind.size(), "string from filter 'indent'");
   std::string rv;
   if (blank) {
     for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
@@ -1566,7 +1592,12 @@ int find_test(std::string_view name, bool* known) {
 }
 
 Value Interp::apply_filter(int id, const Value& in, CallArgs& a) {
+  budget.step(value_cost(in));  // a filter walks its input (join, map, selectattr, ...)
   return kFilters[id].fn(*this, in, a);
+}
+
+const char* filter_name(int id) noexcept {
+  return kFilters[id].name;
 }
 bool Interp::apply_test(int id, const Value& in, CallArgs& a) {
   return kTests[id].fn(*this, in, a);

@@ -262,15 +262,27 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value* seq = a.is_string() || a.is_array() ? &a : (b.is_string() || b.is_array() ? &b : nullptr);
     const Value* cnt = seq == &a ? &b : &a;
     if (seq && intlike(*cnt)) {
-      int64_t n = std::max<int64_t>(0, ival(*cnt));
-      if (n > (1 << 24)) throw_tpl(TplErrorKind::Unsupported, "sequence repetition too large");
+      const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(0, ival(*cnt)));
+      // the size is checked before anything is built: 'x' * 10**9 must not allocate a gigabyte
+      auto times = [n](size_t k) {
+        return k && n > UINT64_MAX / k ? UINT64_MAX : static_cast<uint64_t>(k) * n;
+      };
       if (seq->is_string()) {
+        budget_bytes(times(seq->s.size()), "string '*'");
+        budget_step(times(seq->s.size()) / 64);
         std::string s;
-        for (int64_t k = 0; k < n; ++k) s += seq->s;
+        s.reserve(static_cast<size_t>(times(seq->s.size())));
+        for (uint64_t k = 0; k < n; ++k) s += seq->s;
         return Value::string(std::move(s));
       }
+      uint64_t bytes = 0;  // the items' strings are copied with them
+      for (const auto& x : seq->arr->items) bytes += x.is_string() ? x.s.size() : 0;
+      budget_items(times(seq->arr->items.size()), "list '*'");
+      budget_bytes(times(bytes), "list '*' (its strings)");
+      budget_step(times(seq->arr->items.size()) + times(bytes) / 64);
+      if (seq->arr->items.empty()) return Value::array({}, seq->arr->tuple);
       std::vector<Value> items;
-      for (int64_t k = 0; k < n; ++k)
+      for (uint64_t k = 0; k < n; ++k)
         items.insert(items.end(), seq->arr->items.begin(), seq->arr->items.end());
       return Value::array(std::move(items), seq->arr->tuple);
     }
@@ -312,7 +324,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (!nums) bad_operands("** or pow()", a, b);
     if (ints && ival(b) >= 0) {
       int64_t base = ival(a), e = ival(b), acc = 1;
-      for (int64_t k = 0; k < e; ++k)
+      // 0, 1 and -1 never overflow: their powers are known (1 ** 10**18 must not loop 10**18 times)
+      if (base == 0 || base == 1) return Value::integer(e == 0 ? 1 : base);
+      if (base == -1) return Value::integer(e % 2 ? -1 : 1);
+      for (int64_t k = 0; k < e; ++k)  // |base| >= 2: overflows within 64 rounds
         if (__builtin_mul_overflow(acc, base, &acc)) checked(true, 0);
       return Value::integer(acc);
     }
@@ -345,9 +360,43 @@ bool contains(const Value& container, const Value& item) {
 
 // ---- evaluation -------------------------------------------------------------------------------
 
+// What a value built by expression `e` is called in a budget error: "string '*'", "list from filter
+// 'map'".
+static std::string built_by(const Expr& e, const Value& v) {
+  const char* type = v.is_string() ? "string" : "list";
+  switch (e.kind) {
+    case EK::Binary:
+      return fmt::format("{} '{}'", type, e.name);
+    case EK::Filter:
+      return fmt::format("{} from filter '{}'", type, filter_name(e.builtin));
+    case EK::Call:
+      if (e.a->kind == EK::Name || e.a->kind == EK::GetAttr)
+        return fmt::format("{} from call of '{}'", type, e.a->name);
+      return fmt::format("{} from a call", type);
+    default:
+      return fmt::format("{} value", type);
+  }
+}
+
+// Whether expression `e` may build a new list (not a lookup of an existing one, which is shared).
+static bool builds_list(const Expr& e) {
+  return e.kind != EK::Name && e.kind != EK::Const && e.kind != EK::GetAttr && e.kind != EK::GetItem &&
+         e.kind != EK::Cond && e.kind != EK::And && e.kind != EK::Or;
+}
+
 Value Interp::eval(const Expr& e, Scope& sc) {
   try {
-    return eval_inner(e, sc);
+    budget.step();
+    Value v = eval_inner(e, sc);
+    if (v.is_string()) {
+      // every copy of a string costs its length (a lookup copies it, `~` builds it)
+      if (v.s.size() > opt.max_bytes) budget.check_bytes(v.s.size(), built_by(e, v));
+      budget.step(v.s.size() / 64);
+    } else if (v.is_array() && builds_list(e)) {
+      if (v.arr->items.size() > opt.max_items) budget.check_items(v.arr->items.size(), built_by(e, v));
+      budget.step(v.arr->items.size());
+    }
+    return v;
   } catch (const TemplateError& err) {
     if (err.line() == 0) throw TemplateError(err.tpl_kind(), err.detail(), e.line, e.col);
     throw;
@@ -447,6 +496,7 @@ Value Interp::eval_inner(const Expr& e, Scope& sc) {
       for (size_t k = 0; k < e.cmp_ops.size(); ++k) {
         Value r = eval(*e.items[k], sc);
         const std::string& op = e.cmp_ops[k];
+        budget.step(value_cost(l) + value_cost(r));  // `in` searches, `==` compares element-wise
         bool ok;
         if (op == "==")
           ok = equals(l, r);
@@ -542,16 +592,11 @@ Value Interp::make_macro(const Stmt& s, const std::shared_ptr<Scope>& closure, c
   const Stmt* sp = &s;
   return Value::callable(name, [in, sp, closure, body, name](CallArgs& a) {
     // Jinja2 raises RecursionError for a macro that calls itself without end; each call here takes
-    // a few stack frames of the interpreter, so the depth is bounded well below the stack's size.
-    if (in->macro_depth_ >= kMaxMacroDepth)
-      throw_tpl(TplErrorKind::Runtime,
-                fmt::format("macro '{}': calls nested deeper than {} (recursion without end?)", name,
-                            kMaxMacroDepth));
-    struct DepthGuard {
-      int& d;
-      explicit DepthGuard(int& x) : d(++x) {}
-      ~DepthGuard() { --d; }
-    } guard(in->macro_depth_);
+    // a few stack frames of the interpreter, so the depth is bounded well below the stack's size
+    // (Budget::enter_macro).
+    in->budget.step();
+    in->budget.enter_macro(*sp, name);
+    FrameExit exit_frame{in->budget};
     auto sc = std::make_shared<Scope>();
     sc->parent = closure;
     if (a.pos.size() > sp->params.size())
@@ -618,7 +663,9 @@ static Value make_loop(const std::vector<Value>& items, size_t i) {
 Interp::Flow Interp::exec(const Body& body, std::string& out, const std::shared_ptr<Scope>& sc) {
   for (auto& st : body) {
     try {
+      budget.step();
       Flow f = exec_one(*st, out, sc);
+      budget.check_output(out.size());
       if (f != Flow::Normal) return f;
     } catch (const TemplateError& err) {
       if (err.line() == 0) throw TemplateError(err.tpl_kind(), err.detail(), st->line, st->col);
@@ -641,18 +688,23 @@ Interp::Flow Interp::exec_one(const Stmt& s, std::string& out, const std::shared
         if (truthy(eval(*s.conds[k], *sc))) return exec(s.bodies[k], out, sc);
       return exec(s.else_body, out, sc);
     case SK::For: {
+      budget.enter_loop(s);
+      FrameExit exit_frame{budget};
       std::vector<Value> items = iterate(eval(*s.expr, *sc));
+      budget.step(items.size());  // the copy of the items
       if (s.cond) {
         std::vector<Value> kept;
         auto fs = std::make_shared<Scope>();
         fs->parent = sc;
         for (auto& it : items) {
+          budget.step();
           assign(*fs, s.target, it);
           if (truthy(eval(*s.cond, *fs))) kept.push_back(it);
         }
         items = std::move(kept);
       }
       for (size_t i = 0; i < items.size(); ++i) {
+        budget.step(kLoopIterationSteps);
         auto is = std::make_shared<Scope>();
         is->parent = sc;
         assign(*is, s.target, items[i]);
@@ -736,10 +788,17 @@ Template& Template::operator=(Template&&) noexcept = default;
 std::string Template::render(const Value& context, const Options& opt) const {
   if (!context.is_object()) fail(ErrorKind::InvalidArgument, "chat template context must be a JSON object");
   Interp in(opt);
+  BudgetScope budget_scope(in.budget);  // for the size checks of value.cc and builtins.cc
   auto root = std::make_shared<Scope>();
   in.install_globals(*root);
   for (auto& [k, v] : context.obj->items) root->vars[k] = v;
   std::string out;
+  struct Report {
+    const Interp& in;
+    ~Report() {
+      if (in.opt.steps_used) *in.opt.steps_used = in.budget.steps_used();
+    }
+  } report{in};
   in.exec(impl_->body, out, root);
   return out;
 }

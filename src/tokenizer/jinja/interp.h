@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/jinja.h"
 
 namespace cortiq::jinja {
@@ -32,13 +33,15 @@ Value binary_op(const std::string& op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
 /// Python index normalisation (negative from the end); false when out of range.
 bool py_index_checked(int64_t idx, size_t n, size_t* out);
+/// Name of builtin filter `id` ("join").
+const char* filter_name(int id) noexcept;
 /// Python printf-style `fmt % args`.
 std::string printf_format(const std::string& fmt, const Value& args);
 
 class Interp {
  public:
   enum class Flow { Normal, Break, Continue };
-  explicit Interp(const Options& o) : opt(o) {}
+  explicit Interp(const Options& o) : opt(o), budget(o) {}
   /// Breaks the scope ↔ macro reference cycles (a macro holds its defining scope, which holds
   /// the macro) so a render frees everything it allocated.
   ~Interp();
@@ -46,6 +49,7 @@ class Interp {
   Interp& operator=(const Interp&) = delete;
 
   const Options& opt;
+  Budget budget;  ///< this render's limits and use (budget.h)
 
   void install_globals(Scope& root);
   Flow exec(const Body& body, std::string& out, const std::shared_ptr<Scope>& sc);
@@ -60,7 +64,6 @@ class Interp {
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& sc);
 
  private:
-  int macro_depth_ = 0;  ///< macro calls in progress (bounded by kMaxMacroDepth)
   std::vector<std::shared_ptr<Scope>> macro_closures_;  ///< scopes captured by macros (see ~Interp)
   Value eval_inner(const Expr& e, Scope& sc);
   CallArgs eval_args(const Expr& e, Scope& sc);

@@ -10,11 +10,15 @@
 // Errors: a syntax error is TemplateError(Syntax) → cortiq ErrorKind::Parse; a Jinja2 construct this
 // engine lacks is TemplateError(Unsupported) → ErrorKind::Unsupported (both at parse time, with the
 // template line and column); failures while rendering (raise_exception, undefined operations,
-// TypeErrors, sandbox violations) are TemplateError(Raised|Undefined|Type|Security|Runtime) →
-// ErrorKind::InvalidArgument, with the line and column of the failing expression.
+// TypeErrors, sandbox violations, an exceeded render budget) are
+// TemplateError(Raised|Undefined|Type|Security|Runtime) → ErrorKind::InvalidArgument, with the line
+// and column of the failing expression; a render stopped by Options::cancelled is
+// TemplateError(Cancelled) → ErrorKind::InvalidArgument.
 #pragma once
 
+#include <cstdint>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,13 +29,39 @@
 
 namespace cortiq::jinja {
 
-/// Render options.
+/// Default render budget (Options): far above what a real chat template needs (every golden case
+/// renders within 1% of the steps), and small enough that a render at the limit ends within about
+/// a second (100–250 ns per step on one core).
+inline constexpr uint64_t kDefaultMaxSteps = 5'000'000;
+inline constexpr size_t kDefaultMaxBytes = size_t{64} << 20;  ///< 64 MiB
+inline constexpr size_t kDefaultMaxItems = size_t{1} << 20;   ///< 1,048,576 list items
+/// Deepest nesting of macro calls in a render (the most Options::max_macro_depth allows): deeper →
+/// TemplateError(Runtime) (Jinja2's RecursionError). Each call takes a few interpreter stack frames.
+inline constexpr int kMaxMacroDepth = 100;
+
+/// Render options. The budget fields (max_steps … cancelled) bound what a template may cost
+/// (tokenizer/jinja/budget.h): past one, rendering ends with TemplateError(Runtime) whose detail
+/// starts "render budget:" and names the construct and the limit.
 struct Options {
   /// Time used by strftime_now() (local time); nullopt = the current time.
   std::optional<std::time_t> now;
   /// Allow list/dict mutators (append, pop, update, ...). transformers' immutable sandbox forbids
   /// them (SecurityError), so the default is false.
   bool allow_mutation = false;
+  /// Step budget: statements, expressions and macro calls count one each, a loop iteration a few,
+  /// and work on a value counts its size (budget.h). 0 = unlimited.
+  uint64_t max_steps = kDefaultMaxSteps;
+  /// Largest rendered output and largest single string built, in bytes.
+  size_t max_bytes = kDefaultMaxBytes;
+  /// Largest single list built, in items.
+  size_t max_items = kDefaultMaxItems;
+  /// Deepest nesting of macro calls (values above kMaxMacroDepth act as kMaxMacroDepth).
+  int max_macro_depth = kMaxMacroDepth;
+  /// Cancel check, polled every kCancelPollSteps (budget.h) steps from the rendering thread; when it
+  /// returns true the render ends with TemplateError(Cancelled). Empty = never cancelled.
+  std::function<bool()> cancelled;
+  /// When set, receives the steps the render counted (also when it fails): for tests and tuning.
+  uint64_t* steps_used = nullptr;
 };
 
 struct Stmt;
@@ -57,9 +87,6 @@ class Template {
 
 /// Deepest nesting of arrays / objects in a render context: deeper → TemplateError(Type).
 inline constexpr int kMaxValueDepth = 128;
-/// Deepest nesting of macro calls in a render: deeper → TemplateError(Runtime) (Jinja2's
-/// RecursionError).
-inline constexpr int kMaxMacroDepth = 100;
 /// Deepest nesting of expressions and blocks in a template's source: deeper → TemplateError(Syntax).
 inline constexpr int kMaxSyntaxDepth = 200;
 

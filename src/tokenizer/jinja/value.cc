@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tokenizer/jinja/budget.h"
+
 namespace cortiq::jinja {
 
 std::string_view tpl_error_kind_name(TplErrorKind k) noexcept {
@@ -26,6 +28,8 @@ std::string_view tpl_error_kind_name(TplErrorKind k) noexcept {
       return "Security";
     case TplErrorKind::Runtime:
       return "Runtime";
+    case TplErrorKind::Cancelled:
+      return "Cancelled";
   }
   return "?";
 }
@@ -46,6 +50,7 @@ static std::string tpl_message(TplErrorKind k, const std::string& d, int line, i
       line > 0 ? fmt::format("chat template line {} column {}: ", line, col) : "chat template: ";
   if (k == TplErrorKind::Raised) return where + "raise_exception: " + d;
   if (k == TplErrorKind::Syntax || k == TplErrorKind::Unsupported) return where + d;
+  if (k == TplErrorKind::Cancelled) return where + "render cancelled: " + d;
   return where + std::string(tpl_error_kind_name(k)) + "Error: " + d;
 }
 
@@ -495,6 +500,8 @@ struct JsonWriter {
 
   void newline(int depth) {
     out.push_back('\n');
+    // an indent of 10**6 on a nested value must not grow past the render's size budget
+    budget_bytes(out.size() + static_cast<uint64_t>(depth) * indent.size(), "string from filter 'tojson'");
     for (int k = 0; k < depth; ++k) out += indent;
   }
   void write(const Value& v, int depth) {
@@ -568,6 +575,7 @@ std::string to_json(const Value& v, bool ensure_ascii, int indent, const std::st
   JsonWriter w;
   w.ensure_ascii = ensure_ascii;
   w.indented = indent >= 0 || !indent_str.empty();
+  if (indent > 0) budget_bytes(static_cast<uint64_t>(indent), "tojson indent");
   w.indent =
       !indent_str.empty() ? indent_str : std::string(indent > 0 ? static_cast<size_t>(indent) : 0, ' ');
   w.item_sep = !item_sep.empty() ? item_sep : (w.indented ? "," : ", ");

@@ -28,16 +28,18 @@ enum class TplErrorKind {
   Undefined,    ///< jinja2.UndefinedError (using an undefined value in an operation)
   Type,         ///< Python TypeError / ValueError / ZeroDivisionError / IndexError inside the render
   Security,     ///< jinja2.sandbox.SecurityError (e.g. list.append in the immutable sandbox)
-  Runtime,      ///< TemplateRuntimeError (e.g. assigning an attribute of a non-namespace)
+  Runtime,      ///< TemplateRuntimeError (e.g. assigning an attribute of a non-namespace), or a
+                ///< render budget exceeded (jinja.h Options; detail starts "render budget:")
+  Cancelled,    ///< the render was stopped by Options::cancelled (no Jinja2 counterpart)
 };
 
 /// Name of a TplErrorKind ("Syntax", "Raised", ...).
 std::string_view tpl_error_kind_name(TplErrorKind k) noexcept;
 
 /// A template error. `kind()` (the cortiq ErrorKind) is Parse for Syntax, Unsupported for
-/// Unsupported and InvalidArgument for render-time failures. `detail()` is the bare message as Jinja2
-/// words it (for Raised: exactly the string passed to raise_exception); `what()` adds the template
-/// line and column when known.
+/// Unsupported and InvalidArgument for render-time failures (Cancelled included). `detail()` is the bare
+/// message as Jinja2 words it (for Raised: exactly the string passed to raise_exception); `what()` adds the
+/// template line and column when known.
 class TemplateError : public Error {
  public:
   TemplateError(TplErrorKind tk, std::string detail, int line, int col);
