@@ -239,6 +239,9 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--shards", type=int, default=1, help="split into N files + model.safetensors.index.json")
     ap.add_argument("--tokenizer", default="none", help="name under ../shared/models/tokenizer-<name>, or none")
+    ap.add_argument("--tokenizer-dir", default="",
+                    help="directory holding tokenizer.json + tokenizer_config.json (e.g. models/stories260K); "
+                         "used instead of --tokenizer")
     ap.add_argument("--chat-template-file", action="store_true", help="write chat_template.jinja")
     ap.add_argument("--inject", action="append", default=[], help="NAME=nan|inf|-inf (one element)")
     a = ap.parse_args()
@@ -274,8 +277,8 @@ def main():
     cfg = config_for(a)
     gen = {"bos_token_id": 1, "eos_token_id": [2, 3], "do_sample": False}
     src = None
-    if a.tokenizer != "none":
-        src = os.path.join(shared_dir(), "models", "tokenizer-" + a.tokenizer)
+    if a.tokenizer != "none" or a.tokenizer_dir:
+        src = a.tokenizer_dir or os.path.join(shared_dir(), "models", "tokenizer-" + a.tokenizer)
         if not os.path.isdir(src):
             sys.exit(f"tokenizer directory {src} not found")
         # BOS / EOS ids of the tokenizer's own special tokens (tokenizer_config.json), as the real
