@@ -324,7 +324,8 @@ TEST_F(CliArgs, DamagedVocabSectionIsNamed) {
     f.seekp(static_cast<std::streamoff>(off));
     f.put('#');  // the JSON's opening brace
   }
-  refused("run " + bad.string() + " -p x -n 1", bad.string() + ": the vocab section: ");
+  // run checks the section hashes on open (issue 27) before it builds the tokenizer
+  refused("run " + bad.string() + " -p x -n 1", bad.string() + ": section 'vocab': hash mismatch");
   refused("tokenize " + bad.string() + " --text x", bad.string() + ": the vocab section: ");
 }
 

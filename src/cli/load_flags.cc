@@ -15,7 +15,8 @@ void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which) {
   if (which & kLoadKvF16) cmd->add_flag("--kv-f16", opts.kv_f16, "store the KV cache in f16");
   if (which & kLoadCheckTensors)
     cmd->add_flag("--check-tensors", opts.check_tensors,
-                  "verify every tensor's hash before running (as `cortiq verify`; reads the whole file)");
+                  "verify every tensor's hash before running (as `cortiq verify`; reads the whole file). The "
+                  "header, directory, masks, vocab and index hashes are checked on every open");
 }
 
 }  // namespace cortiq::cli

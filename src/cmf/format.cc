@@ -72,8 +72,9 @@ std::vector<uint8_t> encode_directory(std::span<const DirRecord> recs) {
     p[6] = static_cast<uint8_t>(r.dtype);
     p[7] = static_cast<uint8_t>(r.shape.size());
     for (size_t d = 0; d < r.shape.size(); ++d) {
-      if (r.shape[d] > std::numeric_limits<uint32_t>::max())
-        fail(ErrorKind::InvalidArgument, "tensor '{}': dim {} = {} exceeds u32", r.name, d, r.shape[d]);
+      if (r.shape[d] > std::numeric_limits<uint32_t>::max() || r.shape[d] == 0)
+        fail(ErrorKind::InvalidArgument, "tensor '{}': dim {} = {} {}", r.name, d, r.shape[d],
+             r.shape[d] ? "exceeds u32" : "(readers refuse a zero dimension)");
       store_le<uint32_t>(p + 8 + 4 * d, static_cast<uint32_t>(r.shape[d]));
     }
     store_le<uint64_t>(p + 32, r.off);
@@ -116,7 +117,13 @@ std::vector<DirRecord> decode_directory(std::span<const uint8_t> dir, uint64_t f
     r.dtype = *dt;
     const unsigned ndim = p[7];
     if (ndim > kMaxDims) fail(ErrorKind::Parse, "tensor '{}': ndim {} > {}", r.name, ndim, kMaxDims);
-    for (unsigned d = 0; d < ndim; ++d) r.shape.push_back(rd32(p + 8 + 4 * d));
+    for (unsigned d = 0; d < ndim; ++d) {
+      const uint32_t x = rd32(p + 8 + 4 * d);
+      if (x == 0)  // a zero dim would make every "cols = numel / rows" downstream divide by zero
+        fail(ErrorKind::Parse, "tensor '{}' (directory record {}, offset {}): dimension {} is 0", r.name, i,
+             rec_at, d);
+      r.shape.push_back(x);
+    }
     r.off = rd64(p + 32);
     r.nbytes = rd64(p + 40);
     r.hash = rd64(p + 48);

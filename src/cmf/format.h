@@ -69,13 +69,13 @@ struct DirRecord {
 };
 
 /// Encodes a directory: [count u64][pool_off u64 = 16 + 56·count][records][name pool].
-/// Throws Error(InvalidArgument) for a name longer than 65535 bytes or a dim > u32.
+/// Throws Error(InvalidArgument) for a name longer than 65535 bytes or a dim that is 0 or > u32.
 std::vector<uint8_t> encode_directory(std::span<const DirRecord> records);
 
 /// Decodes and validates a directory section (FORMAT-NOTES §1.4 step 4): ≥ 16 bytes,
-/// 16 + count·56 ≤ len, records_end ≤ pool_off ≤ len, ndim ≤ 6, name inside the pool and valid
-/// UTF-8, dtype id known (else Error(Parse) "unknown dtype <id>"). `file_off` (absolute offset of
-/// the section) is only used in messages. Throws Error(Parse|Bounds).
+/// 16 + count·56 ≤ len, records_end ≤ pool_off ≤ len, ndim ≤ 6, no dimension 0, name inside the pool and
+/// valid UTF-8, dtype id known (else Error(Parse) "unknown dtype <id>"). `file_off` (absolute offset of the
+/// section) is only used in messages. Throws Error(Parse|Bounds).
 std::vector<DirRecord> decode_directory(std::span<const uint8_t> dir, uint64_t file_off);
 
 /// Rounds v up to a multiple of a (a power of two). Caller guarantees no overflow.

@@ -180,7 +180,11 @@ void open_file(File& f, const OpenOptions& opt) {
   } catch (const Error& err) {
     fail(err.kind(), "{}: {} (header section at offset {})", f.path, err.message(), e.header.off);
   }
-  f.dir = decode_directory(f.sec(e.dir), e.dir.off);
+  try {
+    f.dir = decode_directory(f.sec(e.dir), e.dir.off);
+  } catch (const Error& err) {
+    fail(err.kind(), "{}: {}", f.path, err.message());
+  }
 
   std::unordered_set<std::string_view> names;
   names.reserve(f.dir.size() * 2);
@@ -383,6 +387,62 @@ bool Reader::is_skill_file() const noexcept {
 
 // ---------------------------------------------------------------- verify
 
+namespace {
+
+/// One integrity problem of the small parts of a file: its error kind and its description.
+struct Problem {
+  ErrorKind kind;
+  std::string what;
+};
+
+/// The header and directory hashes of the envelope (when stored, i.e. ≠ 0) and the masks, vocab and
+/// index section hashes of header.section_hashes checked against the bytes of `f` (spec §8.1); the
+/// tensor payloads are not read. Empty when every stored hash matches.
+std::vector<Problem> section_problems(const File& f) {
+  std::vector<Problem> out;
+  const Envelope& e = f.env;
+  auto mismatch = [&](const char* nm, uint64_t stored, uint64_t actual) {
+    out.push_back(
+        {ErrorKind::HashMismatch,
+         fmt::format("section '{}': hash mismatch (stored {:016x}, actual {:016x})", nm, stored, actual)});
+  };
+  if (e.header_hash != 0)
+    if (const uint64_t h = hash64(f.sec(e.header)); h != e.header_hash) mismatch("header", e.header_hash, h);
+  if (e.dir_hash != 0)
+    if (const uint64_t h = hash64(f.sec(e.dir)); h != e.dir_hash) mismatch("directory", e.dir_hash, h);
+  const Section* secs[3] = {&e.masks, &e.vocab, &e.index};
+  const std::optional<std::string>* stored[3] = {
+      &f.header.section_hashes.masks, &f.header.section_hashes.vocab, &f.header.section_hashes.index};
+  for (int i = 0; i < 3; ++i) {
+    const char* nm = kSecNames[3 + i];
+    if (!stored[i]->has_value()) continue;
+    const auto v = parse_hex16(**stored[i]);
+    if (!v)
+      out.push_back({ErrorKind::Parse, fmt::format("section '{}': malformed hash '{}'", nm, **stored[i])});
+    else if (!secs[i]->present())
+      out.push_back({ErrorKind::HashMismatch,
+                     fmt::format("section '{}': hash {} stored but the section is absent", nm, **stored[i])});
+    else if (const uint64_t h = hash64(f.sec(*secs[i])); h != *v)
+      mismatch(nm, *v, h);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Reader::check_sections() const {
+  for (const File& f : impl_->files) {
+    const std::vector<Problem> problems = section_problems(f);
+    if (problems.empty()) continue;
+    std::string all = problems[0].what;
+    for (size_t i = 1; i < problems.size(); ++i) all += "; " + problems[i].what;
+    fail(problems[0].kind,
+         "{}: {}: the file was changed or damaged after it was written (`cortiq verify {}` lists every "
+         "problem)",
+         f.path, all, f.path);
+  }
+}
+
 uint64_t Reader::verify_total_bytes() const noexcept {
   uint64_t n = 0;
   for (const auto& t : impl_->tensors) n += t.nbytes;
@@ -432,38 +492,7 @@ std::vector<std::string> Reader::verify(const ProgressFn& progress) const {
       if (!opt_secs[i]->present() && opt_secs[i]->off != 0)
         add(fmt::format("section '{}': absent (len 0) but offset is {} (must be 0)", kSecNames[3 + i],
                         opt_secs[i]->off));
-    // header / directory hashes
-    if (e.header_hash != 0) {
-      const uint64_t h = hash64(f.sec(e.header));
-      if (h != e.header_hash)
-        add(fmt::format("section 'header': hash mismatch (stored {:016x}, actual {:016x})", e.header_hash,
-                        h));
-    }
-    if (e.dir_hash != 0) {
-      const uint64_t h = hash64(f.sec(e.dir));
-      if (h != e.dir_hash)
-        add(fmt::format("section 'directory': hash mismatch (stored {:016x}, actual {:016x})", e.dir_hash,
-                        h));
-    }
-    // section hashes
-    const std::optional<std::string>* stored[3] = {
-        &f.header.section_hashes.masks, &f.header.section_hashes.vocab, &f.header.section_hashes.index};
-    for (int i = 0; i < 3; ++i) {
-      const char* nm = kSecNames[3 + i];
-      if (!stored[i]->has_value()) continue;
-      auto v = parse_hex16(**stored[i]);
-      if (!v) {
-        add(fmt::format("section '{}': malformed hash '{}'", nm, **stored[i]));
-        continue;
-      }
-      if (!opt_secs[i]->present()) {
-        add(fmt::format("section '{}': hash {} stored but the section is absent", nm, **stored[i]));
-        continue;
-      }
-      const uint64_t h = hash64(f.sec(*opt_secs[i]));
-      if (h != *v)
-        add(fmt::format("section '{}': hash mismatch (stored {:016x}, actual {:016x})", nm, *v, h));
-    }
+    for (const Problem& p : section_problems(f)) add(p.what);
     // unused bytes must be zero: collect covered intervals
     std::vector<std::pair<uint64_t, uint64_t>> cov;
     cov.emplace_back(0, kEnvelopeSize);

@@ -5,9 +5,9 @@
 // section or tensor: InvalidMagic, UnsupportedVersion, UnsupportedFeature (unknown bits and the
 // reserved DELTA_MASKS/HOT_PACKS), Bounds (a section past EOF, sections overlapping each other or
 // the envelope, data_off % 4096, a tensor past data_len or misaligned), Parse (header JSON / keys
-// / enum spellings, directory layout, non-UTF-8 name, unknown dtype, ndim > 6, duplicate names,
-// payload size/structure via quant::validate_payload, masks section, sparse index).
-// Tensor hashes are checked only by verify().
+// / enum spellings, directory layout, non-UTF-8 name, unknown dtype, ndim > 6, a dimension 0, duplicate
+// names, payload size/structure via quant::validate_payload, masks section, sparse index). Tensor hashes are
+// checked only by verify(); check_sections() checks the small sections' hashes.
 #pragma once
 
 #include <cstdint>
@@ -138,6 +138,13 @@ class Reader {
   /// (e.g. "tensor 'x': hash mismatch (stored …, actual …)"); empty = OK. `progress` receives
   /// hashed byte counts (total = verify_total_bytes()). Never throws for content problems.
   std::vector<std::string> verify(const ProgressFn& progress = {}) const;
+  /// The cheap part of verify(), for every open that runs a model (run, ppl, bench, serve): in
+  /// every file, the header and directory hashes of the envelope (when stored ≠ 0) and the masks,
+  /// vocab and index hashes of header.section_hashes are checked against the bytes; tensor payloads
+  /// are not read (that is verify() / `--check-tensors`). Throws Error(HashMismatch) naming the
+  /// file and each mismatching section ("section 'header': hash mismatch (stored …, actual …)"),
+  /// or Error(Parse) when the first problem is a malformed stored hash.
+  void check_sections() const;
   /// Bytes verify() hashes (for a progress bar).
   uint64_t verify_total_bytes() const noexcept;
 

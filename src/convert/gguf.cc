@@ -255,11 +255,12 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
   // general.alignment.
   if (auto it = metadata_.find("general.alignment"); it != metadata_.end()) {
     const nlohmann::json& a = *it;
-    uint64_t v = 0;
-    if (a.is_number_unsigned())
-      v = a.get<uint64_t>();
-    else if (a.is_number_integer() && a.get<int64_t>() > 0)
-      v = static_cast<uint64_t>(a.get<int64_t>());
+    // llama.cpp (gguf.cpp) reads the key only as u32: another type would place the data elsewhere there
+    if (const int type = metadata_type("general.alignment"); type != static_cast<int>(kU32))
+      fail(ErrorKind::Parse,
+           "gguf '{}': general.alignment is stored as {} (type {}); it must be u32 (type 4)", path,
+           value_type_name(static_cast<uint32_t>(type)), type);
+    const uint64_t v = a.get<uint64_t>();
     if (v == 0 || (v & (v - 1)) != 0)
       fail(ErrorKind::Parse, "gguf '{}': general.alignment = {} is not a power-of-two unsigned integer", path,
            a.dump());
@@ -287,8 +288,11 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
       if (x >= (uint64_t{1} << 63))
         fail(ErrorKind::Parse, "gguf '{}': tensor '{}': dimension {} = {} is negative as int64", path, t.name,
              d, x);
+      if (x == 0)  // refused before anything divides by a row count or a row length
+        fail(ErrorKind::Parse, "gguf '{}': tensor '{}' (offset {}): dimension ne[{}] is 0", path, t.name, at,
+             d);
       t.ne.push_back(x);
-      if (x != 0 && numel > static_cast<uint64_t>(INT64_MAX) / x) overflow = true;
+      if (numel > static_cast<uint64_t>(INT64_MAX) / x) overflow = true;
       numel *= x;
     }
     if (overflow)

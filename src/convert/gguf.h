@@ -75,8 +75,9 @@ struct GgufTensor {
 ///   tensor;
 /// - Error(Parse) for: an unknown metadata value type, a duplicate key, counts of keys, tensors or
 ///   array elements larger than the rest of the file could hold, arrays nested more than 16 deep,
-///   a `general.alignment` that is not a power-of-two unsigned integer, n_dims 0 or > 4, a
-///   dimension ≥ 2^63 or an element count overflowing, an unknown ggml type, a row (ne[0]) that is
+///   a `general.alignment` that is not a power of two or not stored as u32 (llama.cpp reads only
+///   u32), n_dims 0 or > 4, a dimension 0 or ≥ 2^63 (negative as int64) or an element count
+///   overflowing, an unknown ggml type, a row (ne[0]) that is
 ///   not a whole number of the type's blocks, duplicate tensor names;
 /// - Error(Bounds) for a tensor offset that is not a multiple of the alignment, data past the end
 ///   of the file, or two tensors whose bytes overlap.

@@ -1,8 +1,10 @@
 #include "convert/gguf.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -514,13 +516,52 @@ TEST(GgufMalformed, ParseErrors) {
     EXPECT_EQ(kind_or_none(b.bytes(), &msg), ErrorKind::Parse);
     EXPECT_NE(msg.find("'t'"), std::string::npos) << msg;
   }
-  {  // zero-element tensor: allowed, empty data
+}
+
+// A zero dimension (issue 27: an attn_q of ne [64, 0] crashed `convert` with SIGFPE on
+// `cols = numel / rows`) is a Parse error naming the tensor and the dimension, in any position.
+TEST(GgufMalformed, ZeroDimensionIsRefusedNamingTheTensor) {
+  const std::vector<std::vector<uint64_t>> shapes = {{64, 0}, {0, 64}, {0}, {32, 4, 0}, {32, 0, 4, 2}};
+  for (const auto& ne : shapes) {
     Builder b;
-    b.tensor("z", {0, 4}, 0, 0).pad(32);
-    GgufFile g(write_temp(b.bytes()));
-    EXPECT_EQ(g.tensors()[0].numel, 0u);
-    EXPECT_TRUE(gguf_to_f32(g.tensors()[0]).empty());
+    b.tensor("blk.0.attn_q.weight", ne, 0, 0).tensor("b", {4}, 0, 0).pad(32).zeros(64);
+    std::string msg;
+    EXPECT_EQ(kind_or_none(b.bytes(), &msg), ErrorKind::Parse) << fmt::format("{}", fmt::join(ne, ","));
+    EXPECT_NE(msg.find("tensor 'blk.0.attn_q.weight'"), std::string::npos) << msg;
+    const size_t zero = static_cast<size_t>(std::find(ne.begin(), ne.end(), 0) - ne.begin());
+    EXPECT_NE(msg.find(fmt::format("ne[{}] is 0", zero)), std::string::npos) << msg;
   }
+  Builder ok;  // the same file with the dimension set is read
+  ok.tensor("blk.0.attn_q.weight", {4, 2}, 0, 0).tensor("b", {4}, 0, 32).pad(32).zeros(64);
+  EXPECT_EQ(kind_or_none(ok.bytes()), ErrorKind::Signature);
+}
+
+// llama.cpp reads general.alignment only as u32: stored as any other integer type (even with a
+// valid value) the file is refused, naming the key and the type.
+TEST(GgufMalformed, AlignmentNotU32IsRefused) {
+  struct Case {
+    uint32_t type;
+    const char* name;
+  };
+  for (const Case c : {Case{5, "i32"}, Case{10, "u64"}, Case{0, "u8"}, Case{2, "u16"}, Case{11, "i64"}}) {
+    Builder b;
+    b.key("general.alignment", c.type);
+    if (c.type == 5) b.put<int32_t>(64);
+    if (c.type == 10) b.u64(64);
+    if (c.type == 0) b.u8(64);
+    if (c.type == 2) b.put<uint16_t>(64);
+    if (c.type == 11) b.put<int64_t>(64);
+    b.tensor("t", {4}, 0, 0).pad(64).zeros(64);
+    std::string msg;
+    EXPECT_EQ(kind_or_none(b.bytes(), &msg), ErrorKind::Parse) << c.name;
+    EXPECT_NE(msg.find("general.alignment"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("stored as {} (type {})", c.name, c.type)), std::string::npos) << msg;
+  }
+  Builder b;  // the same value as u32 is read and applied
+  b.key("general.alignment", 4).u32(64).tensor("t", {4}, 0, 0).pad(64).zeros(64);
+  GgufFile g(write_temp(b.bytes()));
+  EXPECT_EQ(g.alignment(), 64u);
+  EXPECT_EQ(g.data_offset() % 64, 0u);
 }
 
 // Random byte flips and truncations of small files and of the real file's header: each open must

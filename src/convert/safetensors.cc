@@ -106,8 +106,11 @@ std::vector<StTensor> parse_safetensors(std::span<const uint8_t> bytes, const st
     uint64_t numel = 1;
     for (const auto& dim : *s) {
       const uint64_t x = get_u64(dim, file, name, "shape");
+      if (x == 0)  // refused before anything divides by a row count or a row length
+        fail(ErrorKind::Parse, "safetensors '{}': tensor '{}': shape {} has a dimension 0", file, name,
+             s->dump());
       e.t.shape.push_back(x);
-      if (x != 0 && numel > UINT64_MAX / x)
+      if (numel > UINT64_MAX / x)
         fail(ErrorKind::Bounds, "safetensors '{}': tensor '{}': shape {} overflows u64", file, name,
              s->dump());
       numel *= x;

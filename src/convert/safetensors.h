@@ -42,7 +42,8 @@ struct StTensor {
 
 /// One mapped `.safetensors` file. The constructor validates the whole header:
 /// header_len ≥ 2, ≤ 100 MiB and within the file; the header is a JSON object; each entry has
-/// a known dtype, a shape of non-negative integers (checked product), `data_offsets` of two
+/// a known dtype, a shape of positive integers (a negative or zero dimension is Error(Parse);
+/// checked product), `data_offsets` of two
 /// non-negative integers with begin ≤ end and (end − begin) == numel × dtype size; sorted by
 /// offset the ranges tile the data section exactly (first begins at 0, each begins where the
 /// previous ended, the last ends at the end of the file — no overlap, no hole, no tail).

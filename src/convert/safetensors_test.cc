@@ -76,6 +76,33 @@ TEST(Safetensors, Ctr5OffsetsShapeOverflow) {
             ErrorKind::Bounds);
 }
 
+// A zero or negative dimension is a Parse error naming the tensor, before any size arithmetic
+// (issue 27: a zero row count made `cols = numel / rows` divide by zero downstream). A 0-d scalar
+// (shape []) stays valid.
+TEST(Safetensors, ZeroOrNegativeDimensionIsRefused) {
+  auto message = [](const std::string& header) {
+    try {
+      parse_safetensors(make_st(header, 0), "t.safetensors");
+    } catch (const Error& e) {
+      return std::make_pair(e.kind(), e.message());
+    }
+    return std::make_pair(ErrorKind::Signature, std::string());
+  };
+  for (const char* shape : {"[64,0]", "[0,64]", "[0]", "[2,0,3]", "[-1,4]", "[4,-64]"}) {
+    const auto [kind, msg] =
+        message(std::string(R"({"model.layers.0.self_attn.q_proj.weight":{"dtype":"F32",)") + R"("shape":)" +
+                shape + R"(,"data_offsets":[0,0]}})");
+    EXPECT_EQ(kind, ErrorKind::Parse) << shape;
+    EXPECT_NE(msg.find("tensor 'model.layers.0.self_attn.q_proj.weight'"), std::string::npos) << msg;
+    const bool negative = std::string(shape).find('-') != std::string::npos;
+    EXPECT_NE(msg.find(negative ? "must hold non-negative integers" : "has a dimension 0"), std::string::npos)
+        << msg;
+  }
+  auto ts = parse_safetensors(make_st(R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4), "f");
+  ASSERT_EQ(ts.size(), 1u);
+  EXPECT_EQ(ts[0].numel, 1u);
+}
+
 // PITFALLS CTR-6 A..E.
 TEST(Safetensors, Ctr6OverlapAndHoles) {
   EXPECT_EQ(kind_of(make_st(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"

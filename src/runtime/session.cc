@@ -60,6 +60,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   oo.map_mode = opt.no_mmap ? MapMode::Memory : MapMode::Mmap;
   lm.reader = std::make_unique<cmf::Reader>(cmf::Reader::open(path, oo));
   const cmf::Reader& r = *lm.reader;
+  r.check_sections();  // header, directory, masks, vocab, index hashes: HashMismatch naming the section
   if (opt.check_tensors) {
     const std::vector<std::string> problems = r.verify();
     if (!problems.empty()) {

@@ -42,16 +42,22 @@ int register_temp(const std::string& path) {
 void unregister_temp(int slot) {
   if (slot >= 0) g_temps[slot].state.store(0);
 }
+// Runs on any thread; only async-signal-safe calls. The signal is blocked while the handler runs, so
+// the re-raised one is delivered with the default action (end, or core dump) as the handler returns;
+// a fault (SIGSEGV, SIGFPE) that re-executes its instruction then ends the process the same way.
 extern "C" void remove_temporaries_and_die(int sig) {
+  const int saved = errno;
   for (auto& t : g_temps)
     if (t.state.load() == 2) ::unlink(t.path);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+  errno = saved;
 }
 }  // namespace
 
 void remove_temporaries_on_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  // the crash signals too: a std::terminate (SIGABRT) or a fault must not leave a multi-GB temporary
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGFPE, SIGSEGV, SIGBUS}) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
     struct sigaction sa {};

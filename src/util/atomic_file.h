@@ -44,9 +44,12 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-/// Makes SIGINT, SIGTERM and SIGHUP remove every AtomicFile temporary still open before the process
-/// ends with that signal (so an interrupted `convert` leaves no multi-GB `.tmp.<pid>` file behind).
-/// Installs handlers only for signals still at their default disposition. Idempotent.
+/// Makes SIGINT, SIGTERM, SIGHUP and SIGQUIT, and the crash signals SIGABRT (std::terminate),
+/// SIGFPE, SIGSEGV and SIGBUS, remove every AtomicFile temporary still open before the process ends
+/// with that signal as before (exit status, core dump), so an interrupted or crashed `convert`
+/// leaves no multi-GB `.tmp.<pid>` file behind. Installs handlers only for signals still at their
+/// default disposition (a sanitizer's or a server's own handler is kept). Idempotent. main.cc calls
+/// it once for every command.
 void remove_temporaries_on_signals();
 
 /// Writes `bytes` to `path` atomically (temp + fsync + rename).

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -47,27 +49,34 @@ TEST(AtomicFile, CommitRenamesAndAbandonRemoves) {
   fs::remove_all(out.parent_path());
 }
 
-// A process killed by SIGTERM (or SIGINT, SIGHUP) in the middle of a write removes its temporary and
-// still dies of that signal.
+// A process killed by SIGTERM, SIGINT, SIGHUP or SIGQUIT in the middle of a write, or crashing
+// (std::abort as std::terminate does, a fault), removes its temporary and still dies of that signal.
 TEST(AtomicFile, SignalRemovesTheTemporary) {
-  const fs::path out = scratch("c.bin");
-  const std::string temp = out.string() + ".tmp.";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGTERM, SIG_DFL);
-    remove_temporaries_on_signals();
-    AtomicFile f(out.string());
-    f.write("partial", 7);
-    ::raise(SIGTERM);
-    ::_exit(0);  // not reached
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT, SIGFPE, SIGSEGV, SIGBUS}) {
+    const fs::path out = scratch("c.bin");
+    const std::string temp = out.string() + ".tmp.";
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const rlimit no_core{0, 0};  // the crash signals would dump core
+      ::setrlimit(RLIMIT_CORE, &no_core);
+      ::signal(sig, SIG_DFL);
+      remove_temporaries_on_signals();
+      AtomicFile f(out.string());
+      f.write("partial", 7);
+      if (sig == SIGABRT)
+        std::abort();
+      else
+        ::raise(sig);
+      ::_exit(0);  // not reached
+    }
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == sig) << sig << ": " << st;
+    EXPECT_FALSE(fs::exists(temp + std::to_string(pid))) << sig;
+    EXPECT_FALSE(fs::exists(out)) << sig;
+    fs::remove_all(out.parent_path());
   }
-  int st = 0;
-  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
-  EXPECT_FALSE(fs::exists(temp + std::to_string(pid)));
-  EXPECT_FALSE(fs::exists(out));
-  fs::remove_all(out.parent_path());
 }
 
 // read_file gives the bytes, and names a folder or a missing file instead of reading "" from it.
