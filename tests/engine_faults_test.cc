@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "runtime/session.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 #include "shell.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
-using cortiq::server::Job;
-using cortiq::server::StepItem;
+using cortiq::runtime::Job;
+using cortiq::runtime::StepItem;
 
 namespace {
 
@@ -65,7 +65,7 @@ std::shared_ptr<Job> make_job(const cortiq::runtime::LoadedModel& lm, const std:
   j->sampler = cortiq::runtime::SamplerParams::greedy();
   j->max_tokens = n;
   j->top_logprobs = 0;
-  j->on_text = [r](std::string_view t, std::vector<cortiq::server::TokenLogprob>&& lps) {
+  j->on_text = [r](std::string_view t, std::vector<cortiq::runtime::TokenLogprob>&& lps) {
     std::lock_guard<std::mutex> g(r->mu);
     r->text += t;
     for (const auto& lp : lps) r->ids.push_back(lp.id);
@@ -87,7 +87,7 @@ void wait(Result& r) {
 
 // Throws for the sequence whose prompt is `poison` once its cache holds `at` positions (mid-way
 // through its generation), in the batched step and when run alone.
-class PoisonBackend : public cortiq::server::StepBackend {
+class PoisonBackend : public cortiq::runtime::StepBackend {
  public:
   PoisonBackend(cortiq::model::Model& m, std::vector<uint32_t> poison, size_t at)
       : inner_(m), poison_(std::move(poison)), at_(at) {}
@@ -103,7 +103,7 @@ class PoisonBackend : public cortiq::server::StepBackend {
   size_t steps_ = 0;
 
  private:
-  cortiq::server::BatchedBackend inner_;
+  cortiq::runtime::BatchedBackend inner_;
   std::vector<uint32_t> poison_;
   size_t at_;
   const cortiq::model::KvCache* victim_ = nullptr;
@@ -121,7 +121,7 @@ TEST_F(EngineFaults, AFailingSequenceEndsAloneAndTheOthersAreUnchanged) {
     want.push_back(s.generate(lm.encode_raw(p), gp).text);
   }
   const auto poison = lm.encode_raw(prompts[1]);
-  cortiq::server::Engine eng(lm, {3, 0},
+  cortiq::runtime::Engine eng(lm, {3, 0},
                              std::make_unique<PoisonBackend>(*lm.model, poison, poison.size() + 5));
   std::vector<std::shared_ptr<Result>> got;
   for (const auto& p : prompts) {
@@ -152,7 +152,7 @@ TEST_F(EngineFaults, AFailingSequenceEndsAloneAndTheOthersAreUnchanged) {
 TEST_F(EngineFaults, ByteFallbackRewriteCompletesWithTheWholeDecode) {
   auto lm = cortiq::runtime::load_model(model_, {});
   ASSERT_TRUE(lm.tokenizer);
-  cortiq::server::Engine eng(lm, {2, 0});
+  cortiq::runtime::Engine eng(lm, {2, 0});
   size_t fffd = 0;
   for (uint64_t seed : {2u, 3u, 4u, 5u}) {
     auto r = std::make_shared<Result>();
@@ -182,7 +182,7 @@ TEST_F(EngineFaults, ByteFallbackRewriteCompletesWithTheWholeDecode) {
 
 // Exactly tied logits: greedy takes one of them, and top_logprobs lists the chosen one first (then
 // the other tied ids, lowest first), so "greedy takes the first entry" holds under ties too.
-class TiedBackend : public cortiq::server::StepBackend {
+class TiedBackend : public cortiq::runtime::StepBackend {
  public:
   void run(std::span<StepItem> items) override {
     for (auto& it : items) {
@@ -196,13 +196,13 @@ class TiedBackend : public cortiq::server::StepBackend {
 
 TEST_F(EngineFaults, TiedLogitsListTheChosenTokenFirst) {
   auto lm = cortiq::runtime::load_model(model_, {});
-  cortiq::server::Engine eng(lm, {1, 0}, std::make_unique<TiedBackend>());
+  cortiq::runtime::Engine eng(lm, {1, 0}, std::make_unique<TiedBackend>());
   auto r = std::make_shared<Result>();
   auto j = make_job(lm, "Once upon a time", 3, r);
   j->top_logprobs = 4;
   std::vector<std::vector<uint32_t>> tops;
   std::vector<uint32_t> chosen;
-  j->on_text = [&, r](std::string_view, std::vector<cortiq::server::TokenLogprob>&& lps) {
+  j->on_text = [&, r](std::string_view, std::vector<cortiq::runtime::TokenLogprob>&& lps) {
     std::lock_guard<std::mutex> g(r->mu);
     for (const auto& lp : lps) {
       chosen.push_back(lp.id);

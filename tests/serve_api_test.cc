@@ -26,7 +26,7 @@
 
 #include "runtime/session.h"
 #include "server/api.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 #include "server/server.h"
 #include "shell.h"
 #include "tokenizer/jinja/jinja.h"
@@ -191,10 +191,10 @@ class ServeE2E : public ::testing::Test {
 // ---- the engine directly ---------------------------------------------------------------------
 
 // Records step sizes; optionally holds every step until released.
-class GateBackend : public cortiq::server::StepBackend {
+class GateBackend : public cortiq::runtime::StepBackend {
  public:
   GateBackend(cortiq::model::Model& m, bool hold) : inner_(m), hold_(hold) {}
-  void run(std::span<cortiq::server::StepItem> items) override {
+  void run(std::span<cortiq::runtime::StepItem> items) override {
     {
       std::unique_lock<std::mutex> lk(mu);
       max_items = std::max(max_items, items.size());
@@ -214,7 +214,7 @@ class GateBackend : public cortiq::server::StepBackend {
   size_t max_items = 0, steps = 0;
 
  private:
-  cortiq::server::BatchedBackend inner_;  // the default backend: one forward_batch per step
+  cortiq::runtime::BatchedBackend inner_;  // the default backend: one forward_batch per step
   bool hold_;
 };
 
@@ -227,14 +227,14 @@ struct Collected {
   bool done = false;
 };
 
-std::shared_ptr<cortiq::server::Job> make_job(const cortiq::runtime::LoadedModel& lm,
+std::shared_ptr<cortiq::runtime::Job> make_job(const cortiq::runtime::LoadedModel& lm,
                                               const std::string& prompt, size_t n,
                                               std::shared_ptr<Collected> c) {
-  auto j = std::make_shared<cortiq::server::Job>();
+  auto j = std::make_shared<cortiq::runtime::Job>();
   j->prompt = lm.encode_raw(prompt);
   j->sampler = cortiq::runtime::SamplerParams::greedy();
   j->max_tokens = n;
-  j->on_text = [c](std::string_view t, std::vector<cortiq::server::TokenLogprob>&&) {
+  j->on_text = [c](std::string_view t, std::vector<cortiq::runtime::TokenLogprob>&&) {
     std::lock_guard<std::mutex> g(c->mu);
     c->text += t;
     c->pieces.emplace_back(t);
@@ -269,7 +269,7 @@ TEST_F(ServeE2E, EngineConcurrentGreedyEqualsSession) {
   }
   auto backend = std::make_unique<GateBackend>(*lm.model, true);
   GateBackend* gate = backend.get();
-  cortiq::server::Engine eng(lm, {4, 0}, std::move(backend));
+  cortiq::runtime::Engine eng(lm, {4, 0}, std::move(backend));
   std::vector<std::shared_ptr<Collected>> got;
   for (const auto& p : prompts) {
     got.push_back(std::make_shared<Collected>());
@@ -292,7 +292,7 @@ TEST_F(ServeE2E, EngineStopHoldsBackOnlyPartialMatches) {
   if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
   ASSERT_TRUE(ok_);
   auto lm = cortiq::runtime::load_model(model_, {});
-  cortiq::server::Engine eng(lm, {3, 0});
+  cortiq::runtime::Engine eng(lm, {3, 0});
   auto plain = std::make_shared<Collected>(), never = std::make_shared<Collected>(),
        lily = std::make_shared<Collected>();
   auto j_never = make_job(lm, "Once upon a time", 40, never);
@@ -326,7 +326,7 @@ TEST_F(ServeE2E, EngineStopHoldsBackOnlyPartialMatches) {
     auto j = make_job(lm, "Once upon a time", 40, done);
     j->stop = {stop};
     j->top_logprobs = 0;
-    j->on_text = [calls](std::string_view t, std::vector<cortiq::server::TokenLogprob>&& lps) {
+    j->on_text = [calls](std::string_view t, std::vector<cortiq::runtime::TokenLogprob>&& lps) {
       std::vector<uint32_t> ids;
       for (const auto& x : lps) ids.push_back(x.id);
       std::lock_guard<std::mutex> g(calls->mu);
@@ -373,7 +373,7 @@ TEST_F(ServeE2E, EngineScoresPromptInChunks) {
       "friends. One day she saw a big red ball under a tree and she ran to get it. Her mom said it was "
       "time to go home, so Lily gave the ball to a boy who was sad.";
   const std::vector<uint32_t> prompt = lm.encode_raw(text);
-  ASSERT_GT(prompt.size(), 2 * cortiq::server::kPromptScoreChunk);
+  ASSERT_GT(prompt.size(), 2 * cortiq::runtime::kPromptScoreChunk);
   const size_t n = prompt.size(), V = lm.model->vocab_size();
   std::vector<float> all(n * V);
   {
@@ -385,7 +385,7 @@ TEST_F(ServeE2E, EngineScoresPromptInChunks) {
   auto job = make_job(lm, text, 0, scored);
   job->prompt_logprobs = true;
   job->top_logprobs = 2;
-  cortiq::server::Engine eng(lm, {2, 0});
+  cortiq::runtime::Engine eng(lm, {2, 0});
   ASSERT_TRUE(eng.submit(make_job(lm, "The cat", 40, other)));
   ASSERT_TRUE(eng.submit(job));
   wait_done(*scored);
@@ -428,7 +428,7 @@ TEST_F(ServeE2E, EnginePromptCacheReusesPrefixWithIdenticalOutput) {
     gp.sampler = cortiq::runtime::SamplerParams::greedy();
     want.push_back(s.generate(lm.encode_raw(p), gp));
   }
-  cortiq::server::Engine eng(lm, {1, 4}, std::make_unique<GateBackend>(*lm.model, false));
+  cortiq::runtime::Engine eng(lm, {1, 4}, std::make_unique<GateBackend>(*lm.model, false));
   size_t prompt_total = 0, reused_before = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto c = std::make_shared<Collected>();
@@ -469,7 +469,7 @@ TEST_F(ServeE2E, EngineQueueBoundAndCancel) {
   auto lm = cortiq::runtime::load_model(model_, {});
   auto backend = std::make_unique<GateBackend>(*lm.model, true);
   GateBackend* gate = backend.get();
-  cortiq::server::Engine eng(lm, {1, 1}, std::move(backend));
+  cortiq::runtime::Engine eng(lm, {1, 1}, std::move(backend));
   auto a = std::make_shared<Collected>(), b = std::make_shared<Collected>(),
        c = std::make_shared<Collected>();
   auto ja = make_job(lm, "Once upon a time", 8, a);

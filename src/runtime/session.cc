@@ -1,10 +1,13 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
+#include "runtime/engine.h"
 #include "tokenizer/jinja/jinja.h"
 #include "util/error.h"
 
@@ -141,20 +144,23 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
 
 // ---------------------------------------------------------------------------------------------
 
-Session::Session(LoadedModel& lm) : lm_(&lm), kv_(lm.model->arch(), lm.ctx, lm.kv_f16) {}
+Session::Session(LoadedModel& lm) : lm_(&lm), engine_(std::make_unique<Engine>(lm, EngineOptions{1, 0})) {}
+Session::~Session() = default;
 
 void Session::reset() {
-  kv_.truncate(0);
-  history_.clear();
+  fresh_ = true;
 }
 
 namespace {
-// Largest n' <= n such that s[0..n') does not end inside a UTF-8 sequence.
-size_t utf8_safe_prefix(const std::string& s, size_t n) {
-  size_t i = n;
-  while (i > 0 && i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
-  return i;
-}
+/// What a Session's job reports back, from the engine thread.
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string finish, error, text;
+  std::vector<uint32_t> ids;
+  std::chrono::steady_clock::time_point first;
+};
 }  // namespace
 
 GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const GenerateParams& gp,
@@ -162,100 +168,76 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   if (prompt.empty()) fail(ErrorKind::InvalidArgument, "empty prompt");
-  if (prompt.size() >= kv_.capacity()) {
+  if (prompt.size() >= lm_->ctx) {
     const uint64_t maxpos = lm_->model->arch().max_position_embeddings;
-    if (maxpos && kv_.capacity() >= maxpos)  // --ctx cannot go higher: say so instead of suggesting it
+    if (maxpos && lm_->ctx >= maxpos)  // --ctx cannot go higher: say so instead of suggesting it
       fail(ErrorKind::InvalidArgument,
            "the prompt is {} tokens but the context is {}, this model's max_position_embeddings: shorten it",
-           prompt.size(), kv_.capacity());
+           prompt.size(), lm_->ctx);
     fail(ErrorKind::InvalidArgument,
          "the prompt is {} tokens but the context is {} (raise --ctx{} or shorten it)", prompt.size(),
-         kv_.capacity(), maxpos ? fmt::format(", up to {},", maxpos) : std::string());
+         lm_->ctx, maxpos ? fmt::format(", up to {},", maxpos) : std::string());
+  }
+  auto job = std::make_shared<Job>();
+  job->prompt = prompt;
+  job->sampler = gp.sampler;  // its own repeat/presence penalties; the engine's stay neutral
+  job->max_tokens = gp.max_tokens;
+  for (const auto& st : gp.stop_strings)
+    if (!st.empty()) job->stop.push_back(st);
+  job->mask = engine_->default_mask();
+  job->use_cache = !fresh_;
+  fresh_ = false;
+  auto out = std::make_shared<Outcome>();
+  // gp.cancel is looked at after every token and every piece of text, on the engine thread (the
+  // engine honours Job::cancel at its next step), and by the wait below.
+  Job* const j = job.get();
+  const std::atomic<bool>* cancel = gp.cancel;
+  auto check_cancel = [j, cancel] {
+    if (cancel && cancel->load(std::memory_order_relaxed)) j->cancel = true;
+  };
+  job->on_token = [out, check_cancel](uint32_t id) {
+    {
+      std::lock_guard<std::mutex> g(out->mu);
+      if (out->ids.empty()) out->first = clock::now();
+      out->ids.push_back(id);
+    }
+    check_cancel();
+  };
+  job->on_text = [out, &on_text, check_cancel](std::string_view t, std::vector<TokenLogprob>&&) {
+    {
+      std::lock_guard<std::mutex> g(out->mu);
+      out->text += t;
+    }
+    if (on_text && !t.empty()) on_text(t);
+    check_cancel();
+  };
+  job->on_done = [out](const std::string& finish, size_t, const std::string& error) {
+    std::lock_guard<std::mutex> g(out->mu);
+    out->finish = finish;
+    out->error = error;
+    out->done = true;
+    out->cv.notify_all();
+  };
+  check_cancel();  // already set: the job ends at once, "cancelled"
+  if (!engine_->submit(job)) fail(ErrorKind::InvalidArgument, "the session is already generating");
+  {
+    // A signal handler may set gp.cancel (Ctrl-C): polled here, honoured at the engine's next step.
+    std::unique_lock<std::mutex> lk(out->mu);
+    while (!out->cv.wait_for(lk, std::chrono::milliseconds(10), [&] { return out->done; }))
+      if (gp.cancel && gp.cancel->load(std::memory_order_relaxed)) job->cancel = true;
+  }
+  if (out->finish == "error") {
+    if (job->failure) std::rethrow_exception(job->failure);
+    fail(ErrorKind::InvalidArgument, "{}", out->error);
   }
   GenerateResult res;
   res.prompt_tokens = prompt.size();
-  // Reuse the shared prefix of the KV cache (ENGINE-NOTES §3.14); at least one token must run.
-  size_t p = 0;
-  while (p < history_.size() && p < prompt.size() && history_[p] == prompt[p]) ++p;
-  if (p == prompt.size()) --p;
-  kv_.truncate(std::min(p, kv_.size()));
-  history_.resize(kv_.size());
-  res.reused_tokens = kv_.size();
-  const size_t V = lm_->model->vocab_size();
-  std::vector<float> logits(V);
-  std::span<const uint32_t> rest(prompt.data() + kv_.size(), prompt.size() - kv_.size());
-  lm_->model->forward(rest, kv_, logits, model::LogitsMode::Last, lm_->variant.get());
-  history_.insert(history_.end(), rest.begin(), rest.end());
-
-  Sampler sampler(gp.sampler);
-  std::vector<uint32_t> seen = prompt;
-  std::optional<IncrementalDecoder> dec;
-  if (lm_->tokenizer) {
-    dec.emplace(*lm_->tokenizer, true);
-    dec->prime(prompt);  // the output continues the prompt (SentencePiece keeps its leading space)
-  }
-  std::string full;
-  size_t emitted = 0, max_stop = 0;
-  for (const auto& s : gp.stop_strings) max_stop = std::max(max_stop, s.size());
-  auto emit_upto = [&](size_t n) {
-    if (n > emitted) {
-      if (on_text) on_text(std::string_view(full).substr(emitted, n - emitted));
-      emitted = n;
-    }
-  };
-  res.finish = "max_tokens";
-  bool stopped = false;
-  for (size_t i = 0; i < gp.max_tokens; ++i) {
-    if (gp.cancel && gp.cancel->load(std::memory_order_relaxed)) {
-      res.finish = "cancelled";
-      break;
-    }
-    const uint32_t next = sampler.sample(logits, seen);
-    if (i == 0) res.ttft_s = std::chrono::duration<double>(clock::now() - t0).count();
-    res.ids.push_back(next);
-    seen.push_back(next);
-    if (std::find(lm_->eos_ids.begin(), lm_->eos_ids.end(), next) != lm_->eos_ids.end()) {
-      res.finish = "stop";  // what the decoder still holds is flushed below
-      break;
-    }
-    if (dec) {
-      full += dec->push(next);
-      size_t cut = std::string::npos;
-      for (const auto& s : gp.stop_strings)
-        if (!s.empty()) cut = std::min(cut, full.find(s));
-      if (cut != std::string::npos) {
-        full.resize(cut);
-        emit_upto(cut);
-        res.finish = "stop";
-        stopped = true;
-        break;
-      }
-      const size_t safe = full.size() >= max_stop ? full.size() - (max_stop ? max_stop - 1 : 0) : 0;
-      emit_upto(utf8_safe_prefix(full, safe));
-    }
-    if (i + 1 == gp.max_tokens) break;
-    if (kv_.size() >= kv_.capacity()) {
-      res.finish = "length";
-      break;
-    }
-    lm_->model->forward(std::span<const uint32_t>(&next, 1), kv_, logits, model::LogitsMode::Last,
-                        lm_->variant.get());
-    history_.push_back(next);
-  }
-  if (dec && !stopped) {
-    // The end: a byte run or an incomplete character the decoder held back, then the stop strings
-    // once more over it (the text sent so far cannot hold one: it kept max_stop - 1 bytes back).
-    full += dec->flush();
-    size_t cut = std::string::npos;
-    for (const auto& s : gp.stop_strings)
-      if (!s.empty()) cut = std::min(cut, full.find(s));
-    if (cut != std::string::npos) {
-      full.resize(cut);
-      res.finish = "stop";
-    }
-  }
-  emit_upto(full.size());
-  res.text = full;
+  res.reused_tokens = job->cached_tokens;
+  res.ids = std::move(out->ids);
+  res.text = std::move(out->text);
+  // The engine says "length" for both limits; run names the one the caller set apart.
+  res.finish = out->finish == "length" && res.ids.size() >= gp.max_tokens ? "max_tokens" : out->finish;
+  if (!res.ids.empty()) res.ttft_s = std::chrono::duration<double>(out->first - t0).count();
   res.total_s = std::chrono::duration<double>(clock::now() - t0).count();
   return res;
 }

@@ -96,24 +96,29 @@ struct GenerateParams {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-/// One conversation / sequence over a LoadedModel. Keeps the KV cache across calls: a new prompt
-/// that extends the previous history (prompt + generated ids) reuses the shared prefix.
+class Engine;
+
+/// One conversation / sequence over a LoadedModel: a client of the generation engine
+/// (runtime/engine.h) with one slot, whose prompt cache keeps the KV across calls — a new prompt
+/// that extends the previous one (prompt + generated ids) reuses the shared prefix, bit-identical
+/// to a full prefill. Not thread-safe: one generate() at a time.
 class Session {
  public:
   explicit Session(LoadedModel& lm);
+  ~Session();
   /// Runs prompt ids then decodes. `on_text` receives streamed text pieces (never a piece of a
-  /// stop string, never special tokens). Throws Error(InvalidArgument) for an empty prompt or a
-  /// prompt that does not fit the context (prompt_tokens >= ctx).
+  /// stop string, never special tokens), on the engine's thread while this one waits. Throws
+  /// Error(InvalidArgument) for an empty prompt or a prompt that does not fit the context
+  /// (prompt_tokens >= ctx), and what ended the generation when it failed (e.g. NonFinite).
   GenerateResult generate(const std::vector<uint32_t>& prompt, const GenerateParams& gp,
                           const std::function<void(std::string_view)>& on_text = {});
-  /// Ids currently in the KV cache (prompt + generated so far).
-  const std::vector<uint32_t>& history() const noexcept { return history_; }
+  /// The next generate() prefills its whole prompt (nothing is taken from the cache).
   void reset();
 
  private:
   LoadedModel* lm_;
-  model::KvCache kv_;
-  std::vector<uint32_t> history_;
+  std::unique_ptr<Engine> engine_;
+  bool fresh_ = false;
 };
 
 /// A chat message.

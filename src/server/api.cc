@@ -212,13 +212,6 @@ std::string content_text(const ojson& c, const std::string& where) {
 
 }  // namespace
 
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  if (tag.empty()) return 0;
-  for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
-
 ojson error_body(const ApiError& e) {
   ojson err = {{"message", e.what()}, {"type", e.type}};
   err["param"] = e.param ? ojson(*e.param) : ojson(nullptr);

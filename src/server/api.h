@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/sampler.h"
+#include "runtime/stop_strings.h"
 
 namespace cortiq::server {
 
@@ -228,9 +229,7 @@ class ReasoningStream {
   bool found_ = false;
 };
 
-/// Length of the longest proper prefix of `tag` that `s` ends with (0 for none or an empty tag):
-/// how much of a streamed text may still become `tag` ("…<tool_c" and "<tool_call>" → 7).
-size_t partial_tag_suffix(std::string_view s, std::string_view tag);
+using runtime::partial_tag_suffix;  // "…<tool_c" and "<tool_call>" → 7 (runtime/stop_strings.h)
 
 /// Random id with `prefix` and `n` alphanumerics (thread-safe).
 std::string random_id(std::string_view prefix, size_t n = 24);

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "cmf/format.h"
+#include "runtime/engine.h"
 #include "server/api.h"
 #include "server/connection.h"
-#include "server/engine.h"
 #include "server/shutdown.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/value.h"
@@ -30,6 +30,11 @@
 #include "util/utf8.h"
 
 namespace cortiq::server {
+
+using runtime::Engine;
+using runtime::EngineOptions;
+using runtime::Job;
+using runtime::TokenLogprob;
 
 bool server_available() noexcept {
   return true;
@@ -830,8 +835,8 @@ class Service {
       const uint32_t id = job.prompt[i + 1];
       const std::string out = dec.push(id), own = lm_.tokenizer->token_text(id);
       const size_t n = jinja::utf8_length(out);
-      const bool ends_own =
-          !own.empty() && out.size() >= own.size() && out.compare(out.size() - own.size(), own.size(), own) == 0;
+      const bool ends_own = !own.empty() && out.size() >= own.size() &&
+                            out.compare(out.size() - own.size(), own.size(), own) == 0;
       (void)push_completion_logprob(lp, job.prompt_lps[i], ends_own ? at + n - jinja::utf8_length(own) : at);
       at += n;
     }

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 namespace cortiq::server {
 

@@ -17,9 +17,13 @@
 #include <string>
 #include <string_view>
 
+namespace cortiq::runtime {
+struct Job;
+}
+
 namespace cortiq::server {
 
-struct Job;
+using runtime::Job;
 
 /// Seconds between the cancel and the cut of the connections still open (a cancelled job ends at
 /// its next engine step, a render within kCancelPollSteps steps: milliseconds, normally).

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 namespace cortiq::server {
 namespace {

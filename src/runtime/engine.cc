@@ -1,14 +1,14 @@
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <unordered_map>
 
-#include "server/api.h"
+#include "runtime/stop_strings.h"
 #include "util/error.h"
 
-namespace cortiq::server {
+namespace cortiq::runtime {
 
 void SerialBackend::run(std::span<StepItem> items) {
   for (auto& it : items)
@@ -29,7 +29,7 @@ struct Engine::Slot {
   model::KvCache kv;
   std::vector<float> logits;
   std::shared_ptr<Job> job;
-  std::optional<runtime::Sampler> sampler;
+  std::optional<Sampler> sampler;
   std::optional<IncrementalDecoder> dec;
   std::shared_ptr<const model::Variant> variant;  // the job's task mask, compiled
   std::vector<uint32_t> seen;                     // prompt + generated
@@ -66,7 +66,7 @@ size_t common_prefix(std::span<const uint32_t> a, std::span<const uint32_t> b) {
 }
 }  // namespace
 
-Engine::Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend)
+Engine::Engine(LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend)
     : lm_(lm), opt_(opt) {
   if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   if (lm.active_task != "off" && lm.reader && lm.reader->masks())
@@ -190,9 +190,10 @@ std::string what_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-void Engine::fail_slot(Slot& s, const std::string& error) {
+void Engine::fail_slot(Slot& s, const std::string& error, std::exception_ptr cause) {
   s.kv.truncate(0);  // what a failed step left in the cache is unknown
   s.cached.clear();
+  if (s.job) s.job->failure = cause;
   finish(s, "error", error);
 }
 
@@ -200,6 +201,7 @@ void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) 
   std::vector<size_t> before(active.size());
   for (size_t i = 0; i < active.size(); ++i) before[i] = active[i]->kv.size();
   std::vector<std::string> errors(active.size());
+  std::vector<std::exception_ptr> causes(active.size());
   try {
     backend_->run(items);
   } catch (...) {
@@ -212,7 +214,8 @@ void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) 
       try {
         backend_->run(items.subspan(i, 1));
       } catch (...) {
-        errors[i] = what_of(std::current_exception());
+        causes[i] = std::current_exception();
+        errors[i] = what_of(causes[i]);
         if (errors[i].empty()) errors[i] = batch_error;
       }
     }
@@ -220,7 +223,7 @@ void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) 
   for (size_t i = 0; i < active.size(); ++i) {
     Slot& s = *active[i];
     if (!errors[i].empty()) {
-      fail_slot(s, "generation failed: " + errors[i]);
+      fail_slot(s, "generation failed: " + errors[i], causes[i]);
       continue;
     }
     // Anything that goes wrong after the forward (sampling, detokenization, a callback) ends this
@@ -228,7 +231,8 @@ void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) 
     try {
       advance(s, items[i]);
     } catch (...) {
-      if (s.job) fail_slot(s, "generation failed: " + what_of(std::current_exception()));
+      if (s.job)
+        fail_slot(s, "generation failed: " + what_of(std::current_exception()), std::current_exception());
     }
   }
 }
@@ -263,7 +267,7 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   // Job's adjustments (see Job::repeat_penalty): the logprobs below are of this distribution,
   // the one greedy decoding takes its maximum of, before temperature and truncation.
   std::span<float> logits(s->logits);
-  if (job.repeat_penalty != 1.0f) runtime::apply_penalties(logits, s->seen, job.repeat_penalty, 0.0f);
+  if (job.repeat_penalty != 1.0f) apply_penalties(logits, s->seen, job.repeat_penalty, 0.0f);
   if (job.frequency_penalty != 0.0f || job.presence_penalty != 0.0f)
     for (const auto& [id, n] : s->counts)
       logits[id] -= job.frequency_penalty * static_cast<float>(n) + job.presence_penalty;
@@ -277,6 +281,7 @@ void Engine::advance(Slot& slot, const StepItem& item) {
     return id;
   }();
   ++s->generated;
+  if (job.on_token) job.on_token(next);
   ++s->counts[next];
   s->seen.push_back(next);
   s->last = next;
@@ -375,7 +380,8 @@ void Engine::loop() {
         ++active_;
         // At least the last prompt token is run again: its logits start the generation. A job that
         // scores its prompt runs all of it.
-        x.reuse = x.job->prompt_logprobs ? 0 : std::min(best_len, x.job->prompt.size() - 1);
+        x.reuse =
+            x.job->prompt_logprobs || !x.job->use_cache ? 0 : std::min(best_len, x.job->prompt.size() - 1);
         x.scored = 0;
         x.kv.truncate(x.reuse);
         x.cached.resize(x.reuse);
@@ -405,7 +411,8 @@ void Engine::loop() {
         if (!s->sampler) try {
             start_slot(*s);
           } catch (...) {
-            fail_slot(*s, "cannot start the generation: " + what_of(std::current_exception()));
+            fail_slot(*s, "cannot start the generation: " + what_of(std::current_exception()),
+                      std::current_exception());
             continue;
           }
         active.push_back(s.get());
@@ -464,4 +471,4 @@ void Engine::step(std::span<Slot* const> active) {
   run_step(active, items);
 }
 
-}  // namespace cortiq::server
+}  // namespace cortiq::runtime

@@ -1,7 +1,7 @@
-// The generation engine behind `cortiq serve`: N slots (each its own KV cache, sampler and RNG) over
-// one LoadedModel (one shared mmap), a bounded wait queue, and a step scheduler — continuous
-// batching: between steps finished sequences leave and waiting ones join; every step advances
-// every active sequence by one token (the first step of a sequence is its prefill).
+// The one generation engine (cortiq serve, run's Session): N slots (each its own KV cache, sampler and RNG)
+// over one LoadedModel (one shared mmap), a bounded wait queue, and a step scheduler — continuous batching:
+// between steps finished sequences leave and waiting ones join; every step advances every active sequence by
+// one token (the first step of a sequence is its prefill).
 //
 // Prompt cache: a slot keeps the KV of its last sequence after it ends. A new job goes to the free
 // slot that already holds the longest prefix of its prompt (same task mask) and prefills only the
@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,7 +35,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
-namespace cortiq::server {
+namespace cortiq::runtime {
 
 /// One sequence's share of a step: run `tokens` at positions kv.size().. and write the last
 /// position's logits [vocab] into `logits`, under the compiled task mask `variant` (nullptr = none).
@@ -93,7 +94,7 @@ struct Job {
   std::vector<uint32_t> prompt;  ///< non-empty, < ctx tokens
   /// Temperature, top-k/p, min-p and seed. The penalties below are applied by the engine before
   /// the logprobs are taken, so the sampler's own repeat/presence penalties should be left neutral.
-  runtime::SamplerParams sampler;
+  SamplerParams sampler;
   /// Logit adjustments, in this order, before logprobs and sampling: repeat_penalty over the prompt
   /// and the tokens generated (HF / llama.cpp: divide a positive logit, multiply a negative one,
   /// once per distinct id), frequency_penalty × count and presence_penalty once for each id in the
@@ -125,6 +126,13 @@ struct Job {
   std::function<void(std::string_view text, std::vector<TokenLogprob>&& lps)> on_text;
   /// Called exactly once at the end. finish: "stop" | "length" | "cancelled" | "error".
   std::function<void(const std::string& finish, size_t completion_tokens, const std::string& error)> on_done;
+  /// Called with every sampled id (an end-of-turn id included), before its text (optional).
+  std::function<void(uint32_t id)> on_token;
+  /// With finish "error": the exception that ended the job, when one did (set before on_done), so
+  /// a caller can rethrow it with its kind.
+  std::exception_ptr failure;
+  /// false: prefill the whole prompt, ignoring what a slot's prompt cache holds (Session::reset).
+  bool use_cache = true;
 
   std::atomic<bool> cancel{false};  ///< set by any thread; honoured at the next step
   /// Prompt tokens whose KV came from the slot's prompt cache; set by the engine when the job gets
@@ -153,7 +161,7 @@ struct EngineStats {
 class Engine {
  public:
   /// Allocates `opt.parallel` KV caches of lm.ctx positions and starts the engine thread.
-  Engine(runtime::LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend = nullptr);
+  Engine(LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -179,8 +187,9 @@ class Engine {
   /// After a successful forward: samples, detokenizes, applies stop rules and calls the job's
   /// callbacks; may throw (run_step ends the sequence then).
   void advance(Slot& s, const StepItem& item);
-  /// Ends a sequence with "error": its cache is dropped (a failed step leaves it unknown).
-  void fail_slot(Slot& s, const std::string& error);
+  /// Ends a sequence with "error": its cache is dropped (a failed step leaves it unknown);
+  /// `cause` (optional) is kept in Job::failure.
+  void fail_slot(Slot& s, const std::string& error, std::exception_ptr cause = nullptr);
   void finish(Slot& s, const std::string& reason, const std::string& error = {});
   /// Moves the waiting jobs whose client has gone (cancel set) out of the queue into `out`, counted
   /// as completed and cancelled; mu_ held. Their on_done is called after unlocking
@@ -188,7 +197,7 @@ class Engine {
   void drop_cancelled_waiting(std::vector<std::shared_ptr<Job>>& out);
   static void notify_dropped(const std::vector<std::shared_ptr<Job>>& jobs);
 
-  runtime::LoadedModel& lm_;
+  LoadedModel& lm_;
   EngineOptions opt_;
   std::unique_ptr<StepBackend> backend_;
   const cmf::TaskMask* default_mask_ = nullptr;
@@ -203,4 +212,4 @@ class Engine {
   std::thread thread_;
 };
 
-}  // namespace cortiq::server
+}  // namespace cortiq::runtime
