@@ -1,5 +1,8 @@
 #include "model/variant.h"
 
+#include "model/model_impl.h"
+#include "util/error.h"
+
 namespace cortiq::model {
 
 double Variant::ffn_alive_fraction() const noexcept {
@@ -10,6 +13,56 @@ double Variant::ffn_alive_fraction() const noexcept {
     alive += ffn_index[l].size();
   }
   return all ? static_cast<double>(alive) / static_cast<double>(all) : 1.0;
+}
+
+std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) const {
+  const Impl& I = *impl_;
+  if (!m) return nullptr;
+  const auto& a = I.arch;
+  if (m->layer_gates.cols() != a.num_layers || m->heads.rows() != a.num_layers ||
+      m->heads.cols() != a.num_attention_heads || m->ffn.rows() < a.num_layers)
+    fail(ErrorKind::InvalidArgument, "task mask '{}': bit shapes disagree with the arch", m->name);
+  auto v = std::make_shared<Variant>();
+  v->name = m->name;
+  bool all_open = true;
+  v->layer_alive.assign(a.num_layers, 1);
+  v->head_alive.assign(a.num_layers, {});
+  v->ffn_alive.assign(a.num_layers, {});
+  v->ffn_index.assign(a.num_layers, {});
+  for (uint32_t l = 0; l < a.num_layers; ++l) {
+    v->layer_alive[l] = m->gate(l);
+    all_open &= v->layer_alive[l] != 0;
+    const Layer& L = I.layers[l];
+    v->head_alive[l].assign(L.n_heads, 1);
+    for (uint32_t h = 0; h < L.n_heads && h < m->heads.cols(); ++h) {
+      v->head_alive[l][h] = m->heads.get(l, h);
+      all_open &= v->head_alive[l][h] != 0;
+    }
+    const uint32_t width = m->ffn.cols();
+    v->ffn_alive[l].assign(width, 1);
+    for (uint32_t i = 0; i < width; ++i) {
+      v->ffn_alive[l][i] = m->ffn.get(l, i);
+      all_open &= v->ffn_alive[l][i] != 0;
+      if (v->ffn_alive[l][i]) v->ffn_index[l].push_back(i);
+    }
+    if (!L.is_moe && width < L.ffn.width)
+      fail(ErrorKind::InvalidArgument, "task mask '{}': FFN rows have {} bits, layer {} has {} neurons",
+           m->name, width, l, L.ffn.width);
+  }
+  if (m->experts) {
+    if (!a.moe || m->experts->rows() != a.num_layers)
+      fail(ErrorKind::InvalidArgument, "task mask '{}': expert fields disagree with the arch", m->name);
+    v->expert_alive.assign(a.num_layers, {});
+    for (uint32_t l = 0; l < a.num_layers; ++l) {
+      v->expert_alive[l].assign(m->experts->cols(), 1);
+      for (uint32_t e = 0; e < m->experts->cols(); ++e) {
+        v->expert_alive[l][e] = m->experts->get(l, e);
+        all_open &= v->expert_alive[l][e] != 0;
+      }
+    }
+  }
+  if (all_open) return nullptr;  // dropped: identical math, fast path (ENGINE-NOTES §3.11)
+  return v;
 }
 
 }  // namespace cortiq::model

@@ -1,0 +1,100 @@
+// The attention block: input norm, q/k/v with biases, q/k norms and RoPE, the KV append, causal
+// (optionally sliding-window) attention with per-row alive heads, o_proj and the residual.
+#include <algorithm>
+#include <cmath>
+
+#include "model/model_impl.h"
+#include "util/error.h"
+
+namespace cortiq::model {
+
+void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R) {
+  const auto& a = arch;
+  const size_t Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
+  const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
+  float* h = ws.h.data();
+  float* n = ws.n.data();
+  const size_t* row_seq = ws.row_seq.data();
+  const size_t* row_pos = ws.row_pos.data();
+  for (size_t r = 0; r < R; ++r)
+    kernels::rmsnorm(h + r * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, norm_style, n + r * Hd);
+  float* qraw = grow(ws.qraw, R * qrows);
+  float* k = grow(ws.k, R * kd);
+  float* v = grow(ws.v, R * kd);
+  float* q = grow(ws.q, R * qd);
+  float* gate = L.out_gate ? grow(ws.gate, R * qd) : nullptr;
+  const kernels::WeightView* qkv[] = {&L.q, &L.k, &L.v};
+  float* const qkv_out[] = {qraw, k, v};
+  kernels::matmul_multi(qkv, n, R, qkv_out, pool);  // one pool hand-off for Q, K and V
+  const auto& rt = L.rope ? rope_local : rope_global;
+  for (size_t r = 0; r < R; ++r) {
+    float* qr = qraw + r * qrows;
+    float* kt = k + r * kd;
+    float* vt = v + r * kd;
+    if (!L.q_bias.empty()) {
+      for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
+      for (size_t i = 0; i < kd; ++i) kt[i] += L.k_bias[i];
+      for (size_t i = 0; i < kd; ++i) vt[i] += L.v_bias[i];
+    }
+    float* qt = q + r * qd;
+    if (L.out_gate) {
+      for (size_t hh = 0; hh < nh; ++hh) {
+        std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
+        std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate + r * qd + hh * hd);
+      }
+    } else {
+      std::copy(qr, qr + qd, qt);
+    }
+    if (!L.q_norm.empty())
+      for (size_t hh = 0; hh < nh; ++hh)
+        kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, norm_style, qt + hh * hd);
+    if (!L.k_norm.empty())
+      for (size_t hh = 0; hh < nkv; ++hh)
+        kernels::rmsnorm(kt + hh * hd, L.k_norm.data(), hd, a.rms_norm_eps, norm_style, kt + hh * hd);
+    const int64_t pos = static_cast<int64_t>(row_pos[r]);
+    kernels::rope(qt, nh, hd, rt, pos);
+    kernels::rope(kt, nkv, hd, rt, pos);
+    steps[row_seq[r]].kv->store(li, row_pos[r], kt, vt);
+  }
+  kernels::AttentionParams ap;
+  ap.n_heads = nh;
+  ap.n_kv_heads = nkv;
+  ap.head_dim = hd;
+  ap.scale = static_cast<float>(
+      1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
+  ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
+  const Variant* const* row_var = ws.row_var.data();
+  float* att = grow(ws.att, R * qd);
+  // Work items are (row, kv head) pairs, row-major: decode (R = 1) still spreads its kv heads over
+  // the pool. Each pair writes only its own heads' rows of `att`, computed with the same
+  // arithmetic whatever the split, so the result does not depend on the thread count.
+  const size_t window = L.sliding ? *a.sliding_window : 0;
+  auto body = [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1;) {
+      const size_t r = i / nkv, g0 = i % nkv, g1 = std::min(nkv, g0 + (i1 - i));
+      const size_t end = row_pos[r] + 1;
+      const size_t begin = window && window < end ? end - window : 0;
+      const uint8_t* heads = row_var[r] ? row_var[r]->head_alive[li].data() : nullptr;
+      kernels::attention(q + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
+                         att + r * qd, g0, g1);
+      i += g1 - g0;
+    }
+  };
+  // A one-reference closure fits std::function's small buffer: no allocation per call.
+  pool.parallel_for(R * nkv, [&body](size_t i0, size_t i1) { body(i0, i1); });
+  if (L.out_gate)
+    for (size_t i = 0; i < R * qd; ++i)
+      att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  float* tmp = ws.tmp.data();
+  kernels::matmul(L.o, att, R, tmp, pool);
+  for (size_t r = 0; r < R; ++r) {
+    float* at = tmp + r * Hd;
+    if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, norm_style, at);
+    float* ht = h + r * Hd;
+    for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
+    kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
+                     norm_style, n + r * Hd);
+  }
+}
+
+}  // namespace cortiq::model
