@@ -80,6 +80,12 @@ size_t exponent_bits(double x) {
 
 }  // namespace
 
+double float_threshold(float m) noexcept {
+  if (!(m > 0.0f)) return static_cast<double>(m);
+  // Both floats have 24-bit significands: their sum and its half are exact in double.
+  return (static_cast<double>(std::nextafter(m, 0.0f)) + static_cast<double>(m)) * 0.5;
+}
+
 uint32_t argmax_last(std::span<const float> v) {
   const size_t n = v.size();
   if (n == 0) return 0;
@@ -169,7 +175,7 @@ uint32_t Sampler::sample(std::span<float> logits, std::span<const uint32_t> hist
   // nothing to any sum, are never drawn and sort after every positive candidate.
   size_t P = 0;
   if (p_.min_p > 0.0f) {
-    const double cut = pmax * p_.min_p;
+    const double cut = pmax * float_threshold(p_.min_p);
     for (size_t i = 0; i < V; ++i) {
       if (pr[i] < cut)
         pr[i] = 0.0;
@@ -201,7 +207,8 @@ uint32_t Sampler::sample(std::span<float> logits, std::span<const uint32_t> hist
   }
 
   // top-p. The reference walks all ids sorted by probability descending, ties by id ascending
-  // (stable_sort over the iota), adding pr/tot to a running sum until it reaches top_p. That order
+  // (stable_sort over the iota), adding pr/tot to a running sum until it reaches top_p, compared
+  // in top_p's precision (float(cum) >= top_p: 0.5 + 0.3 reaches 0.8f). That order
   // is a strict total order, so any sort of any set of leading candidates yields the same walk;
   // only the leading part is sorted here:
   //  1. a mass histogram over binary exponents picks the largest power-of-two threshold whose
@@ -250,7 +257,7 @@ uint32_t Sampler::sample(std::span<float> logits, std::span<const uint32_t> hist
         std::sort(ord + done, ord + lim, before);
         for (; done < lim; ++done) {
           cum += pr[ord[done]] / tot;
-          if (cum >= p_.top_p) {
+          if (static_cast<float>(cum) >= p_.top_p) {
             cut = true;
             cut_p = pr[ord[done]];
             cut_id = ord[done];

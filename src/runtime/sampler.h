@@ -42,6 +42,11 @@ struct SamplerParams {
 /// descending, keep through the first index whose cumulative sum ≥ p) → renormalize →
 /// inverse-CDF draw with one uniform(). Every filter leaving nothing → argmax.
 ///
+/// The thresholds are floats and are compared in float precision, so that the decimal a user
+/// wrote means what it says (0.8f is 0.8000000119; a double sum 0.5 + 0.3 must reach it): top-p
+/// stops at the first index with float(cumulative sum) ≥ top_p, min-p keeps p ≥ max ·
+/// float_threshold(min_p). Probabilities, sums and everything else are double.
+///
 /// Not thread-safe: one Sampler per sequence. The scratch buffers below grow to the largest
 /// vocabulary seen and are then reused, so the steady decode loop does not allocate.
 class Sampler {
@@ -65,6 +70,11 @@ class Sampler {
   std::vector<double> hist_;   ///< [1024] top-p mass per binary exponent
   std::vector<uint8_t> seen_;  ///< [vocab] all-zero between calls; marks distinct history ids
 };
+
+/// The smallest double that rounds to a float ≥ `m` (for m > 0: the midpoint between m and the
+/// float below it; m itself for m <= 0 or NaN): `x >= float_threshold(m)` is `float(x) >= m`
+/// except for x exactly on that midpoint. Used for min-p.
+double float_threshold(float m) noexcept;
 
 /// Applies the repetition and presence penalties of the chain to `logits` in place (exposed for
 /// tests; PITFALLS SMP-1).

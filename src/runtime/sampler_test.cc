@@ -109,9 +109,9 @@ class RefSampler {
       sum += (pr[i] = std::exp(static_cast<double>(logits[i]) / p_.temperature - mx));
     double pmax = 0.0;
     for (auto& x : pr) pmax = std::max(pmax, x /= sum);
-    if (p_.min_p > 0.0f)
+    if (p_.min_p > 0.0f)  // the ratio compared in min_p's precision
       for (auto& x : pr)
-        if (x < pmax * p_.min_p) x = 0.0;
+        if (static_cast<float>(x / pmax) < p_.min_p) x = 0.0;
     if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < V) {
       std::vector<double> s(pr);
       std::nth_element(s.begin(), s.begin() + (p_.top_k - 1), s.end(), std::greater<>());
@@ -129,7 +129,7 @@ class RefSampler {
       size_t keep = V;
       for (size_t i = 0; i < V; ++i) {
         cum += tot > 0 ? pr[idx[i]] / tot : 0.0;
-        if (cum >= p_.top_p) {
+        if (static_cast<float>(cum) >= p_.top_p) {  // in top_p's precision
           keep = i + 1;
           break;
         }
@@ -335,6 +335,107 @@ TEST(Sampler, TopPTiesKeepLowestIds) {
   }
   EXPECT_GE(hi, 240u);  // ties up to about id 255 are drawn ...
   EXPECT_LE(hi, 256u);  // ... but never the high tied ids the cut drops
+}
+
+/// Counts of each id over `seeds` samplers drawing `draws` times from `logits`.
+std::vector<int> draw_counts(SamplerParams p, const std::vector<float>& logits, int seeds, int draws) {
+  std::vector<int> count(logits.size(), 0);
+  for (int s = 0; s < seeds; ++s) {
+    p.seed = 1000 + s;
+    Sampler smp(p);
+    for (int i = 0; i < draws; ++i) {
+      std::vector<float> l = logits;
+      ++count[smp.sample(l, {})];
+    }
+  }
+  return count;
+}
+
+SamplerParams plain_params() {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  return p;
+}
+
+// Issue 27: top_p 0.8 is the float 0.8000000119; compared with the double running sum, 0.5 + 0.3
+// fell short of it and a third token was drawn (16 times in 150). In float precision the kept set
+// is exactly {0.5, 0.3}, drawn 5:3. The logits are log(p) in float, also shifted (softmax is
+// shift-invariant, the rounding is not) and from double logs.
+TEST(Sampler, TopPPointEightKeepsExactlyTwoOfPointThreePointOnePointOnePointFive) {
+  const double probs[] = {0.3, 0.1, 0.1, 0.5};
+  SamplerParams p = plain_params();
+  p.top_p = 0.8f;
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<float> l(4);
+    for (size_t i = 0; i < 4; ++i) {
+      l[i] = variant == 2 ? static_cast<float>(std::log(probs[i])) : std::log(static_cast<float>(probs[i]));
+      if (variant == 1) l[i] += 7.25f;
+    }
+    const std::vector<int> c = draw_counts(p, l, 200, 20);
+    EXPECT_EQ(c[1], 0) << "variant " << variant;
+    EXPECT_EQ(c[2], 0) << "variant " << variant;
+    // 4000 draws of {0.3, 0.5} renormalized: id 3 has 0.625 (sd 0.0077).
+    EXPECT_NEAR(c[3] / 4000.0, 0.625, 0.04) << "variant " << variant;
+    EXPECT_EQ(c[0] + c[3], 4000);
+  }
+  // Just above 0.8 the third token (one of the 0.1s, the lower id first) joins.
+  p.top_p = 0.81f;
+  std::vector<float> l(4);
+  for (size_t i = 0; i < 4; ++i) l[i] = std::log(static_cast<float>(probs[i]));
+  const std::vector<int> c = draw_counts(p, l, 100, 20);
+  EXPECT_GT(c[1], 100);  // 0.1 / 0.9 of 2000 ≈ 222
+  EXPECT_EQ(c[2], 0);
+}
+
+// float_threshold(m) is where rounding to float reaches m.
+TEST(Sampler, FloatThresholdIsWhereRoundingReachesTheFloat) {
+  std::mt19937_64 g(5);
+  for (float m : {0.05f, 0.8f, 0.1f, 1.0f, 1e-9f, 0.999999f, 0.3f}) {
+    const double t = float_threshold(m);
+    EXPECT_LT(t, static_cast<double>(m));
+    EXPECT_EQ(static_cast<float>(std::nextafter(t, 2.0)), m) << m;  // just above: rounds to m
+    EXPECT_LT(static_cast<float>(std::nextafter(t, 0.0)), m) << m;  // just below: the float below
+    const double ulp = static_cast<double>(m) - static_cast<double>(std::nextafter(m, 0.0f));
+    for (int i = 0; i < 1000; ++i) {
+      const double x = static_cast<double>(m) + (std::uniform_real_distribution<double>(-2, 2)(g)) * ulp;
+      if (x != t) {
+        EXPECT_EQ(x >= t, static_cast<float>(x) >= m) << m << " " << x;
+      }
+    }
+  }
+  EXPECT_EQ(float_threshold(0.0f), 0.0);
+  EXPECT_EQ(float_threshold(-0.5f), -0.5);
+}
+
+// min-p compares p / max in min_p's precision: a ratio r that rounds to the float m survives
+// min_p = m even when r < m as doubles (the old double comparison dropped it); the next float up
+// drops it.
+TEST(Sampler, MinPComparesInFloatPrecision) {
+  // Find a logit d whose ratio r = exp(d) lies in the upper half of [float_threshold(m), m) for
+  // m = float(r): r rounds up to m.
+  float d = -3.0f;
+  float m = 0.0f;
+  for (int i = 0; i < 100000; ++i, d = std::nextafter(d, 0.0f)) {
+    const double r = std::exp(static_cast<double>(d));
+    m = static_cast<float>(r);
+    const double t = float_threshold(m);
+    if (r < static_cast<double>(m) && r - t > 0.5 * (static_cast<double>(m) - t)) break;
+    m = 0.0f;
+  }
+  ASSERT_GT(m, 0.0f) << "no logit found";
+  SamplerParams p = plain_params();
+  p.min_p = m;
+  const std::vector<float> l{0.0f, d};
+  const std::vector<int> kept = draw_counts(p, l, 50, 40);  // p(1) = r / (1 + r) ≈ 0.047
+  EXPECT_GT(kept[1], 40);
+  p.min_p = std::nextafter(m, 1.0f);
+  const std::vector<int> dropped = draw_counts(p, l, 50, 40);
+  EXPECT_EQ(dropped[1], 0);
+  EXPECT_EQ(dropped[0], 2000);
 }
 
 // argmax_last agrees with the scalar reference scan on random inputs, including ties, ±0, -inf,
