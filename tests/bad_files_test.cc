@@ -227,6 +227,15 @@ TEST_F(BadFilesE2E, EditedHeaderJsonIsRefused) {
       '2');
   EXPECT_EQ(cortiq::cmf::Reader::open(h.string()).header().arch.rope_theta, 20000.0);  // it parses
   expect_every_loader_refuses(h, text, "section 'header': hash mismatch");
+  // and requant / compact refuse it too, instead of writing it out again with fresh hashes
+  for (const std::string& cmd : {"requant " + h.string() + " --quant q8 -o " + (dir_ / "laundered.cmf").string(),
+                                 "compact " + h.string() + " -o " + (dir_ / "laundered.cmf").string()}) {
+    int rc = 0;
+    const std::string log = run_sh("timeout 60 " + std::string(CORTIQ_CLI_PATH) + " " + cmd, &rc);
+    EXPECT_EQ(exit_status(rc), 1) << cmd << "\n" << log;
+    EXPECT_NE(log.find("section 'header': hash mismatch"), std::string::npos) << cmd << "\n" << log;
+    EXPECT_FALSE(fs::exists(dir_ / "laundered.cmf")) << cmd;
+  }
 }
 
 // One byte of the vocab section (the tokenizer.json) changed: refused before the tokenizer is built.

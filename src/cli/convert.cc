@@ -19,6 +19,7 @@ struct ConvertArgs {
   double mean_bits = 4.25, shard_max_gb = 0;
   unsigned threads = 0;
   bool allow_nonfinite = false;
+  bool no_chat_template = false;
   bool mean_bits_given = false;
 };
 
@@ -40,6 +41,7 @@ void convert_cmd(const ConvertArgs& a) {
   if (a.shard_max_gb > 0 && o.shard_max_bytes == 0) o.shard_max_bytes = 1;
   o.threads = a.threads;
   o.allow_nonfinite = a.allow_nonfinite;
+  o.no_chat_template = a.no_chat_template;
   auto r = convert::convert_checkpoint(o);
   for (const auto& w : r.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   for (const auto& p : r.outputs) std::printf("✓ wrote %s\n", p.c_str());
@@ -69,6 +71,8 @@ void setup(CLI::App& root) {
   c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite,
               "keep NaN/Inf weights in tensors stored as f32/f16/bf16");
+  c->add_flag("--no-chat-template", a->no_chat_template,
+              "store no chat template (convert refuses one that does not parse)");
   c->callback([a] { convert_cmd(*a); });
 }
 

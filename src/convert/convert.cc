@@ -22,6 +22,7 @@
 #include "convert/safetensors.h"
 #include "convert/tensor_map.h"
 #include "quant/codec.h"
+#include "tokenizer/jinja/jinja.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -245,6 +246,25 @@ void check_section(std::span<const uint8_t> bytes, const std::optional<std::stri
          "`cortiq verify`), so it is not rewritten",
          input, name, *stored, actual);
 }
+
+/// The chat template `b` stores, checked: one that does not parse (or uses a construct the engine
+/// lacks) would be stored and fail only when `serve` renders it, so it is refused here with the
+/// engine's error (kind Parse or Unsupported, line and column) naming `where` it came from; with
+/// --no-chat-template none is stored (and none is checked).
+void check_chat_template(std::optional<cmf::TokenizerBundle>& b, const ConvertOptions& opt,
+                         const std::string& where) {
+  if (!b || !b->chat_template) return;
+  if (opt.no_chat_template) {
+    b->chat_template.reset();
+    return;
+  }
+  try {
+    (void)jinja::Template(*b->chat_template);
+  } catch (const jinja::TemplateError& e) {
+    fail(e.kind(), "{}: {} (fix it, or convert with --no-chat-template to store none)", where, e.message());
+  }
+}
+
 /// `cortiq convert model.gguf`: the GGUF's metadata stands in for config.json (hf_config_from_gguf)
 /// and its tokenizer metadata for tokenizer.json (tokenizer_from_gguf); each tensor is dequantized
 /// to f32 (gguf_to_f32), given its HF name and, for the llama architecture, HF's Q/K row order back
@@ -324,16 +344,21 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
   cmf::WriterOptions wo;
   wo.expected_tensors = srcs.size();
   wo.shard_max_bytes = opt.shard_max_bytes;
-  cmf::Writer w(opt.output, wo);
+  // the tokenizer (and its chat template) is checked before the writer creates any file
+  std::optional<GgufTokenizer> tok;
   if (g.metadata().contains("tokenizer.ggml.model")) {
-    const GgufTokenizer tok = tokenizer_from_gguf(g.metadata());
+    tok = tokenizer_from_gguf(g.metadata());
     cmf::TokenizerBundle b;
-    b.chat_template = tok.chat_template;
-    b.eos_token_ids = tok.eos_ids;
-    b.bos_token_id = tok.bos_id;
-    b.pad_token_id = tok.pad_id;
+    b.chat_template = tok->chat_template;
+    b.eos_token_ids = tok->eos_ids;
+    b.bos_token_id = tok->bos_id;
+    b.pad_token_id = tok->pad_id;
     h.tokenizer_config = b;
-    w.set_vocab(std::vector<uint8_t>(tok.tokenizer_json.begin(), tok.tokenizer_json.end()));
+    check_chat_template(h.tokenizer_config, opt, fmt::format("'{}': tokenizer.chat_template", opt.model_dir));
+  }
+  cmf::Writer w(opt.output, wo);
+  if (tok) {
+    w.set_vocab(std::vector<uint8_t>(tok->tokenizer_json.begin(), tok->tokenizer_json.end()));
   } else {
     res.warnings.push_back(fmt::format(
         "'{}' has no tokenizer.ggml.* metadata: the file carries no vocab section", opt.model_dir));
@@ -412,6 +437,12 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
   h.arch = arch;
   h.quant_type = header_quant_type(opt.plan.base);
   h.tokenizer_config = bundle_from_hf(files);
+  const bool from_jinja = files.chat_template_jinja && h.tokenizer_config &&
+                          h.tokenizer_config->chat_template == files.chat_template_jinja;
+  check_chat_template(
+      h.tokenizer_config, opt,
+      (std::filesystem::path(opt.model_dir) / (from_jinja ? "chat_template.jinja" : "tokenizer_config.json"))
+          .string());
   nlohmann::json prov;
   prov["tool"] = std::string(kTool) + " convert";
   std::string source = std::filesystem::path(opt.model_dir).lexically_normal().string();
@@ -472,6 +503,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
 ConvertResult requant_file(const RequantOptions& opt) {
   ConvertResult res;
   cmf::Reader r = cmf::Reader::open(opt.input);
+  r.check_sections();  // a changed header or section is refused, not laundered into a file with fresh hashes
   cmf::Header h = r.header();
   const bool moe = h.arch.moe.has_value();
   std::vector<Job> jobs;
@@ -533,6 +565,7 @@ ConvertResult requant_file(const RequantOptions& opt) {
 ConvertResult compact_file(const std::string& input, const std::string& output, bool progress) {
   ConvertResult res;
   cmf::Reader r = cmf::Reader::open(input);
+  r.check_sections();  // as requant: nothing damaged gets fresh hashes
   std::vector<Job> jobs;
   for (const auto& t : r.tensors()) {
     Job j;

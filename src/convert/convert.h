@@ -28,6 +28,9 @@ struct ConvertOptions {
   /// Keep NaN/±Inf in tensors stored as f32/f16/bf16 (integer codecs always refuse them).
   bool allow_nonfinite = false;
   bool progress = true;  ///< draw a progress bar (only when stderr is a terminal)
+  /// Store no chat template. Without it a template (chat_template.jinja, tokenizer_config.json or
+  /// GGUF tokenizer.chat_template) that does not parse is refused, naming line and column.
+  bool no_chat_template = false;
 };
 
 /// What a conversion wrote.
