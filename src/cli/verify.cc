@@ -23,7 +23,9 @@ struct VerifyOpts {
 /// Checks the detached signature of every file in `files` (one file, or every shard of a set: a
 /// signature covers one file's SHA-256). Prints one line per file and returns the number of
 /// problems. A missing .sig is a problem when --pubkey was given, or, in a set, when another shard is
-/// signed (a set signed in part); shards signed by different keys are one too.
+/// signed (a set signed in part); shards signed by different keys are one too. A valid signature
+/// proves only that its signer's key signed these bytes: without --pubkey (`pubkey` empty; else
+/// lowercase hex) there is no trust anchor, and the output says so instead of "valid".
 size_t check_signatures(const std::vector<std::string>& files, const std::string& pubkey) {
   const auto pin = pubkey.empty() ? std::nullopt : std::optional<std::string>(pubkey);
   std::vector<cmf::SignatureCheck> sigs;
@@ -32,11 +34,16 @@ size_t check_signatures(const std::vector<std::string>& files, const std::string
     sigs.push_back(cmf::check_signature(f, pin));
     any = any || sigs.back().present;
   }
+  const auto untrusted = [](const std::string& signer) {
+    return "signed by " + signer + ", not checked against a trusted key (pass --pubkey)";
+  };
   if (files.size() == 1) {  // one file
     const auto& sig = sigs[0];
-    if (sig.present && sig.valid) {
+    if (sig.present && sig.valid && pin) {
       std::printf("signature OK (ed25519, signer %s)\n", sig.pubkey.c_str());
-      std::printf("  ✓ detached signature valid\n");
+      std::printf("  ✓ detached signature valid, signed by the trusted key (--pubkey)\n");
+    } else if (sig.present && sig.valid) {
+      std::printf("  ~ detached signature matches the file: %s\n", untrusted(sig.pubkey).c_str());
     } else if (sig.present) {
       std::printf("  ✗ detached signature: %s\n", sig.problem.c_str());
       return 1;
@@ -53,7 +60,7 @@ size_t check_signatures(const std::vector<std::string>& files, const std::string
   for (size_t i = 0; i < files.size(); ++i) {
     const auto& sig = sigs[i];
     if (sig.present && sig.valid) {
-      std::printf("  ✓ shard %zu/%zu: %s.sig valid (signer %s)\n", i + 1, files.size(), files[i].c_str(),
+      std::printf("  ✓ shard %zu/%zu: %s.sig matches (signer %s)\n", i + 1, files.size(), files[i].c_str(),
                   sig.pubkey.c_str());
       if (signer.empty()) signer = sig.pubkey;
       one_signer = one_signer && sig.pubkey == signer;
@@ -71,8 +78,10 @@ size_t check_signatures(const std::vector<std::string>& files, const std::string
     std::printf("  ✗ the shards are signed by different keys (pin one with --pubkey)\n");
     ++problems;
   }
-  if (!problems)
-    std::printf("signature OK (ed25519, signer %s, all %zu shards)\n", signer.c_str(), files.size());
+  if (!problems && pin)
+    std::printf("signature OK (ed25519, trusted signer %s, all %zu shards)\n", signer.c_str(), files.size());
+  else if (!problems)
+    std::printf("  ~ all %zu shards' signatures match: %s\n", files.size(), untrusted(signer).c_str());
   return problems;
 }
 
@@ -118,14 +127,20 @@ void setup_verify(CLI::App& root) {
                 "model .cmf (one file; shards are verified one by one, their signatures as a set)")
       ->required();
   c->add_option("--pubkey", o->pubkey,
-                "require the .sig to be made by this Ed25519 public key (64 hex chars)")
-      ->check(CLI::Validator(
+                "trust only a .sig made by this Ed25519 public key: 64 hex chars, a .pub file holding them "
+                "(sign --show-pubkey) or a signing key file")
+      ->transform(CLI::Validator(
           [](std::string& v) -> std::string {
-            const bool hex =
-                v.size() == 64 && v.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-            return hex ? std::string() : "must be 64 hex characters (an Ed25519 public key), got '" + v + "'";
+            try {
+              v = cmf::resolve_public_key(v);  // the option holds the key's lowercase hex from here on
+              return {};
+            } catch (const Error& e) {
+              return "must be 64 hex characters (an Ed25519 public key), a .pub file or a signing key "
+                     "file: " +
+                     e.message();
+            }
           },
-          "HEX64"));
+          "HEX64|FILE"));
   c->callback([o] { run_verify(*o); });
 }
 

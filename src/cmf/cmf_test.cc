@@ -866,3 +866,56 @@ TEST(Signature, SignVerifyTamper) {
 }
 }  // namespace
 }  // namespace cortiq::cmf
+
+namespace cortiq::cmf {
+namespace {
+// Issue 27: the public half of a key file (RFC 8032 §7.1 test 1's seed and public key), and the
+// forms `verify --pubkey` accepts: hex in any case, a .pub file (bare or as `sign` prints it,
+// "pubkey: <hex>"), a signing key file; anything else is an error naming it.
+TEST(Signature, PublicKeyOfASeedAndThePubkeyArgumentForms) {
+  const std::string seed_hex = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+  const std::string pub = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+  const std::string key = tmp_dir() + "/rfc8032.key";
+  std::ofstream(key) << "  " << seed_hex.substr(0, 32) << "\n" << seed_hex.substr(32) << "\n";
+  EXPECT_EQ(public_key_hex(load_signing_key(key)), pub);
+  EXPECT_EQ(resolve_public_key(key), pub);
+  std::string upper = pub;
+  for (auto& ch : upper)
+    if (ch >= 'a' && ch <= 'f') ch = static_cast<char>(ch - 'a' + 'A');
+  EXPECT_EQ(resolve_public_key(upper), pub);
+  const std::string p1 = tmp_dir() + "/a.pub", p2 = tmp_dir() + "/b.pub", bad = tmp_dir() + "/bad.pub";
+  std::ofstream(p1) << upper << "\n";
+  std::ofstream(p2) << "pubkey: " << pub << "\n";
+  std::ofstream(bad) << seed_hex.substr(2) << "\n";  // 62 hex chars
+  EXPECT_EQ(resolve_public_key(p1), pub);
+  EXPECT_EQ(resolve_public_key(p2), pub);
+  const auto kind_and_message = [](const std::string& arg) -> std::pair<ErrorKind, std::string> {
+    try {
+      (void)resolve_public_key(arg);
+    } catch (const Error& e) {
+      return {e.kind(), e.message()};
+    }
+    return {ErrorKind::InvalidMagic, "no error"};  // no call above may return this
+  };
+  auto [k1, m1] = kind_and_message(bad);
+  EXPECT_EQ(k1, ErrorKind::Parse);
+  EXPECT_EQ(m1, bad + ": a .pub file must hold 64 hex characters (an Ed25519 public key)");
+  auto [k2, m2] = kind_and_message(tmp_dir() + "/none");
+  EXPECT_EQ(k2, ErrorKind::Io);
+  EXPECT_NE(m2.find("is neither 64 hex characters"), std::string::npos) << m2;
+  auto [k3, m3] = kind_and_message(pub.substr(1));  // 63 hex chars, no such file
+  EXPECT_EQ(k3, ErrorKind::Io);
+  // a key file that is not a key
+  const std::string notkey = tmp_dir() + "/not.key";
+  std::ofstream(notkey) << "hello\n";
+  auto [k4, m4] = kind_and_message(notkey);
+  EXPECT_EQ(k4, ErrorKind::Parse);
+  EXPECT_EQ(m4, notkey + ": signing key must be 64 hex characters (32-byte Ed25519 seed)");
+  // sign_file's public key (its own derivation) is the same
+  const std::string path = tmp_dir() + "/rfc.cmf";
+  write_file(path, small_header(), small_tensors());
+  EXPECT_EQ(sign_file(path, load_signing_key(key)), pub);
+  EXPECT_TRUE(check_signature(path, resolve_public_key(p2)).valid);
+}
+}  // namespace
+}  // namespace cortiq::cmf

@@ -76,18 +76,57 @@ std::array<uint8_t, 32> sha256_file(const std::string& path) {
   return out;
 }
 
-std::array<uint8_t, 32> load_or_create_signing_key(const std::string& key_path) {
+namespace {
+
+/// The file's text without whitespace.
+std::string read_compact(const std::string& path) {
+  std::string txt = read_file(path);
+  txt.erase(std::remove_if(txt.begin(), txt.end(), [](unsigned char c) { return std::isspace(c); }),
+            txt.end());
+  return txt;
+}
+
+bool is_hex64(std::string_view s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdefABCDEF") == std::string_view::npos;
+}
+
+}  // namespace
+
+std::array<uint8_t, 32> load_signing_key(const std::string& key_path) {
+  auto b = from_hex(read_compact(key_path));
+  if (!b || b->size() != 32)
+    fail(ErrorKind::Parse, "{}: signing key must be 64 hex characters (32-byte Ed25519 seed)", key_path);
   std::array<uint8_t, 32> seed{};
-  if (std::filesystem::exists(key_path)) {
-    std::string txt = read_file(key_path);
-    txt.erase(std::remove_if(txt.begin(), txt.end(), [](unsigned char c) { return std::isspace(c); }),
-              txt.end());
-    auto b = from_hex(txt);
-    if (!b || b->size() != 32)
-      fail(ErrorKind::Parse, "{}: signing key must be 64 hex characters (32-byte Ed25519 seed)", key_path);
-    std::copy(b->begin(), b->end(), seed.begin());
-    return seed;
-  }
+  std::copy(b->begin(), b->end(), seed.begin());
+  return seed;
+}
+
+std::string public_key_hex(const std::array<uint8_t, 32>& seed) {
+  Pkey key(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, seed.data(), seed.size()));
+  std::array<uint8_t, 32> pub{};
+  size_t publen = pub.size();
+  if (!key || EVP_PKEY_get_raw_public_key(key.get(), pub.data(), &publen) != 1 || publen != pub.size())
+    fail(ErrorKind::Signature, "cannot derive the Ed25519 public key");
+  return to_hex(pub);
+}
+
+std::string resolve_public_key(const std::string& arg) {
+  if (is_hex64(arg)) return lower(arg);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(arg, ec))
+    fail(ErrorKind::Io, "'{}' is neither 64 hex characters (an Ed25519 public key) nor a key or .pub file",
+         arg);
+  if (std::filesystem::path(arg).extension() != ".pub") return public_key_hex(load_signing_key(arg));
+  std::string txt = read_compact(arg);
+  if (txt.rfind("pubkey:", 0) == 0) txt.erase(0, 7);
+  if (!is_hex64(txt))
+    fail(ErrorKind::Parse, "{}: a .pub file must hold 64 hex characters (an Ed25519 public key)", arg);
+  return lower(txt);
+}
+
+std::array<uint8_t, 32> load_or_create_signing_key(const std::string& key_path) {
+  if (std::filesystem::exists(key_path)) return load_signing_key(key_path);
+  std::array<uint8_t, 32> seed{};
   if (RAND_bytes(seed.data(), 32) != 1) fail(ErrorKind::Io, "RAND_bytes failed creating {}", key_path);
   const std::string hex = to_hex(seed) + "\n";
   write_file_atomic(key_path, std::span(reinterpret_cast<const uint8_t*>(hex.data()), hex.size()));

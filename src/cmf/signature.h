@@ -20,6 +20,20 @@ std::string to_hex(std::span<const uint8_t> b);
 /// Error(Io|Parse).
 std::array<uint8_t, 32> load_or_create_signing_key(const std::string& key_path);
 
+/// Loads the 32-byte Ed25519 seed of an existing key file (64 hex chars, whitespace ignored).
+/// Throws Error(Io) when it cannot be read, Error(Parse) naming the file for any other content.
+std::array<uint8_t, 32> load_signing_key(const std::string& key_path);
+
+/// The Ed25519 public key (lowercase hex, 64 chars) of a 32-byte seed. Throws Error(Signature).
+std::string public_key_hex(const std::array<uint8_t, 32>& seed);
+
+/// The public key (lowercase hex) a `verify --pubkey` argument names: 64 hex chars themselves;
+/// else an existing file: a `.pub` file holds the public key's 64 hex chars (what `sign
+/// --show-pubkey` prints; whitespace ignored, an optional "pubkey:" prefix allowed), any other
+/// file is a signing key file whose public half is taken. Throws Error(Io) naming the argument when
+/// it is neither hex nor a readable file, Error(Parse) naming the file for a malformed one.
+std::string resolve_public_key(const std::string& arg);
+
 /// Signs `model_path`: message = the raw 32-byte SHA-256 of the file, pure Ed25519. Writes
 /// `<model>.sig` as pretty JSON {"alg":"ed25519-sha256","pubkey":hex32,"sha256":hex32,"sig":hex64}.
 /// Returns the public key hex. Throws Error(Io|Signature).
