@@ -858,6 +858,7 @@ Value from_json_at(const nlohmann::ordered_json& j, int depth) {
 }  // namespace
 
 nlohmann::ordered_json to_json_value(const Value& v) {
+  const WalkDepth level;
   switch (v.type) {
     case VType::Undefined:
     case VType::None:

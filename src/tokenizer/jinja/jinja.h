@@ -85,8 +85,6 @@ class Template {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Deepest nesting of arrays / objects in a render context: deeper → TemplateError(Type).
-inline constexpr int kMaxValueDepth = 128;
 /// Deepest nesting of expressions and blocks in a template's source: deeper → TemplateError(Syntax).
 inline constexpr int kMaxSyntaxDepth = 200;
 

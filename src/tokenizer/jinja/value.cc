@@ -65,12 +65,40 @@ void throw_tpl(TplErrorKind k, std::string detail) {
   throw TemplateError(k, std::move(detail), 0, 0);
 }
 
+namespace {
+thread_local int t_walk_depth = 0;
+[[noreturn]] void too_deep() {
+  throw_tpl(TplErrorKind::Type,
+            fmt::format("a value is nested deeper than {} levels (or contains itself)", kMaxValueDepth));
+}
+}  // namespace
+
+WalkDepth::WalkDepth() {
+  if (++t_walk_depth > kMaxValueDepth) {
+    --t_walk_depth;
+    too_deep();
+  }
+}
+WalkDepth::~WalkDepth() {
+  --t_walk_depth;
+}
+
+int value_depth(const Value& v) noexcept {
+  if (v.type == VType::Array && v.arr) return v.arr->depth;
+  if ((v.type == VType::Object || v.type == VType::Namespace) && v.obj) return v.obj->depth;
+  return 0;
+}
+
 Value Value::array(std::vector<Value> items, bool tuple) {
+  int depth = 1;
+  for (const Value& x : items) depth = std::max(depth, 1 + value_depth(x));
+  if (depth > kMaxValueDepth) too_deep();
   Value v;
   v.type = VType::Array;
   v.arr = std::make_shared<Array>();
   v.arr->items = std::move(items);
   v.arr->tuple = tuple;
+  v.arr->depth = depth;
   return v;
 }
 Value Value::object() {
@@ -105,6 +133,8 @@ Value* Object::find(std::string_view key) {
   return nullptr;
 }
 void Object::set(const std::string& key, Value v) {
+  depth = std::max(depth, 1 + value_depth(v));
+  if (depth > kMaxValueDepth) too_deep();
   if (Value* p = find(key)) {
     *p = std::move(v);
   } else {
@@ -271,6 +301,7 @@ static std::string str_repr(const std::string& s) {
 }
 
 std::string repr(const Value& v) {
+  const WalkDepth level;
   switch (v.type) {
     case VType::String:
       return str_repr(v.s);
@@ -386,6 +417,7 @@ static int64_t ival(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  const WalkDepth level;
   if (a.is_number() && b.is_number()) {
     if (is_intlike(a) && is_intlike(b)) return ival(a) == ival(b);
     return num(a) == num(b);
@@ -423,6 +455,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less(const Value& a, const Value& b) {
+  const WalkDepth level;
   if (a.is_number() && b.is_number()) {
     if (is_intlike(a) && is_intlike(b)) return ival(a) < ival(b);
     return num(a) < num(b);
@@ -505,6 +538,7 @@ struct JsonWriter {
     for (int k = 0; k < depth; ++k) out += indent;
   }
   void write(const Value& v, int depth) {
+    const WalkDepth level;
     switch (v.type) {
       case VType::None:
         out += "null";

@@ -57,6 +57,21 @@ class TemplateError : public Error {
 /// Throws a TemplateError at an unknown position (the interpreter adds the position on the way out).
 [[noreturn]] void throw_tpl(TplErrorKind k, std::string detail);
 
+/// Deepest nesting of arrays / objects: a context value (from_json), a list or dict a template builds
+/// (`{% set ns.x = [ns.x] %}` in a loop), and the walks over values (repr, comparisons, tojson) —
+/// deeper, or a container that holds itself, is TemplateError(Type), not a stack overflow.
+inline constexpr int kMaxValueDepth = 128;
+
+/// Counts one level of a recursive walk over a value on this thread; past kMaxValueDepth levels
+/// (a container that holds itself, built with allow_mutation) throws TemplateError(Type).
+class WalkDepth {
+ public:
+  WalkDepth();
+  ~WalkDepth();
+  WalkDepth(const WalkDepth&) = delete;
+  WalkDepth& operator=(const WalkDepth&) = delete;
+};
+
 struct Value;
 struct Array;
 struct Object;
@@ -129,11 +144,16 @@ struct Value {
 struct Array {
   std::vector<Value> items;
   bool tuple = false;  ///< Python tuple (repr with parentheses)
+  int depth = 1;       ///< nesting as built by Value::array (1 + the deepest item container)
 };
+
+/// Nesting of `v`: 0 for a scalar, the container's recorded depth otherwise.
+int value_depth(const Value& v) noexcept;
 
 /// Insertion-ordered mapping with string keys (Python dict as produced by JSON).
 struct Object {
   std::vector<std::pair<std::string, Value>> items;
+  int depth = 1;  ///< nesting as built through set (1 + the deepest value container)
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
   void set(const std::string& key, Value v);
