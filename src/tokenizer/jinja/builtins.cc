@@ -727,11 +727,15 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
     }
     if (name == "copy") return Value::array(items, self.arr->tuple);
     if (name == "append") {
+      check_insert(*self.arr, need(1));
       items.push_back(need(1));
       return Value::none();
     }
     if (name == "extend") {
-      for (auto& x : iterate(need(1))) items.push_back(x);
+      for (auto& x : iterate(need(1))) {
+        check_insert(*self.arr, x);
+        items.push_back(x);
+      }
       return Value::none();
     }
     if (name == "insert") {
@@ -739,6 +743,7 @@ Value Interp::call_method(const Value& self, const std::string& name, CallArgs& 
       int64_t at = to_int(need(1), "index");
       if (at < 0) at = std::max<int64_t>(0, at + n);
       at = std::min(at, n);
+      check_insert(*self.arr, need(2));
       items.insert(items.begin() + at, need(2));
       return Value::none();
     }

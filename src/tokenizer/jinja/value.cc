@@ -89,6 +89,34 @@ int value_depth(const Value& v) noexcept {
   return 0;
 }
 
+namespace {
+/// Whether `v` is, or holds at any depth, the container at `target`.
+bool holds(const Value& v, const void* target) {
+  if (v.type == VType::Array && v.arr) {
+    if (v.arr.get() == target) return true;
+    const WalkDepth level;
+    for (const Value& x : v.arr->items)
+      if (holds(x, target)) return true;
+  } else if ((v.type == VType::Object || v.type == VType::Namespace) && v.obj) {
+    if (v.obj.get() == target) return true;
+    const WalkDepth level;
+    for (const auto& kv : v.obj->items)
+      if (holds(kv.second, target)) return true;
+  }
+  return false;
+}
+[[noreturn]] void cycle() {
+  throw_tpl(TplErrorKind::Type, "a list or dict cannot contain itself");
+}
+}  // namespace
+
+void check_insert(Array& into, const Value& v) {
+  if (value_depth(v) == 0) return;
+  if (holds(v, &into)) cycle();
+  into.depth = std::max(into.depth, 1 + value_depth(v));
+  if (into.depth > kMaxValueDepth) too_deep();
+}
+
 Value Value::array(std::vector<Value> items, bool tuple) {
   int depth = 1;
   for (const Value& x : items) depth = std::max(depth, 1 + value_depth(x));
@@ -133,6 +161,7 @@ Value* Object::find(std::string_view key) {
   return nullptr;
 }
 void Object::set(const std::string& key, Value v) {
+  if (value_depth(v) > 0 && holds(v, this)) cycle();
   depth = std::max(depth, 1 + value_depth(v));
   if (depth > kMaxValueDepth) too_deep();
   if (Value* p = find(key)) {

@@ -149,6 +149,10 @@ struct Array {
 
 /// Nesting of `v`: 0 for a scalar, the container's recorded depth otherwise.
 int value_depth(const Value& v) noexcept;
+/// Checks that `v` may go into the container `into` (an Array or Object): TemplateError(Type) when
+/// `v` is or holds `into` (a cycle, which no walk could end and no reference count could free) or
+/// the container would nest deeper than kMaxValueDepth. Updates the container's recorded depth.
+void check_insert(Array& into, const Value& v);
 
 /// Insertion-ordered mapping with string keys (Python dict as produced by JSON).
 struct Object {
