@@ -7,6 +7,7 @@
 
 #include "runtime/stop_strings.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace cortiq::runtime {
 
@@ -146,12 +147,6 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& error
 }
 
 namespace {
-
-size_t utf8_safe_prefix(const std::string& s, size_t n) {
-  size_t i = n;
-  while (i > 0 && i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
-  return i;
-}
 
 TokenLogprob logprob_of(std::span<const float> logits, uint32_t id, int top) {
   float mx = -INFINITY;
@@ -296,13 +291,9 @@ void Engine::advance(Slot& slot, const StepItem& item) {
       text_begin = s->full.size();
       s->full += lm_.tokenizer->id_to_token(next);
     } else {
-      s->full += s->dec->push(next);
-      // A held byte run comes out with the text piece that closes it: the piece's own text is last
-      // (where its logprob's text begins; only logprobs need it).
-      const std::string own = lp ? lm_.tokenizer->token_text(next) : std::string();
-      if (!own.empty() && s->full.size() - text_begin >= own.size() &&
-          s->full.compare(s->full.size() - own.size(), own.size(), own) == 0)
-        text_begin = s->full.size() - own.size();
+      const std::string out = s->dec->push(next);
+      if (lp) text_begin += s->dec->own_text_start(out, next);  // where its logprob's text begins
+      s->full += out;
     }
   }
   if (s->dec && ending) s->full += s->dec->flush();
@@ -328,7 +319,7 @@ void Engine::advance(Slot& slot, const StepItem& item) {
     // hold back only what may still become a stop string (llama.cpp's server does the same)
     size_t hold = 0;
     for (const auto& st : job.stop) hold = std::max(hold, partial_tag_suffix(s->full, st));
-    upto = utf8_safe_prefix(s->full, s->full.size() - hold);
+    upto = utf8_char_start(s->full, s->full.size() - hold);
   }
   // the logprobs of the tokens whose text is out with this call (all of them at the end)
   size_t nlp = 0;

@@ -833,12 +833,10 @@ class Service {
       // The decoder sends a held byte run together with the text piece that closes it: that
       // piece starts where its own text ends the output; a held byte piece at the run's start.
       const uint32_t id = job.prompt[i + 1];
-      const std::string out = dec.push(id), own = lm_.tokenizer->token_text(id);
-      const size_t n = jinja::utf8_length(out);
-      const bool ends_own = !own.empty() && out.size() >= own.size() &&
-                            out.compare(out.size() - own.size(), own.size(), own) == 0;
-      (void)push_completion_logprob(lp, job.prompt_lps[i], ends_own ? at + n - jinja::utf8_length(own) : at);
-      at += n;
+      const std::string out = dec.push(id);
+      const std::string_view before(out.data(), dec.own_text_start(out, id));
+      (void)push_completion_logprob(lp, job.prompt_lps[i], at + jinja::utf8_length(before));
+      at += jinja::utf8_length(out);
     }
   }
 

@@ -9,6 +9,7 @@
 
 #include "tokenizer/tok_internal.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace cortiq {
 namespace tok_detail {
@@ -368,12 +369,6 @@ static bool ends_with_fffd(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
 
-/// n cut back to the start of the UTF-8 character it falls inside.
-static size_t char_boundary(const std::string& s, size_t n) {
-  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return n;
-}
-
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tok, bool skip_special_tokens)
     : tok_(&tok), skip_special_(skip_special_tokens) {}
 
@@ -411,7 +406,7 @@ std::string IncrementalDecoder::take(bool final) {
     // The decoder rewrote text already sent (no decoder of the `tokenizers` library does once byte
     // runs are held back). Sent text stands: the stream goes on past its length.
     ++rewrites_;
-    out = s.substr(std::min(char_boundary(s, prefix_.size()), s.size()));
+    out = s.substr(std::min(utf8_char_start(s, prefix_.size()), s.size()));
   }
   if (final) {
     ids_.clear();
@@ -429,6 +424,12 @@ std::string IncrementalDecoder::take(bool final) {
 
 std::string IncrementalDecoder::flush() {
   return take(true);
+}
+
+size_t IncrementalDecoder::own_text_start(std::string_view out, uint32_t id) const {
+  const std::string own = tok_->token_text(id);
+  if (own.empty() || !out.ends_with(own)) return 0;
+  return out.size() - own.size();
 }
 
 }  // namespace cortiq

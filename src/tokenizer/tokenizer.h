@@ -113,6 +113,10 @@ class IncrementalDecoder {
   /// Returns everything still held back (a byte run, an incomplete UTF-8 character as U+FFFD) and
   /// resets the decoder (the next id decodes as the start of a text).
   std::string flush();
+  /// Where the text of `id` begins in `out`, what push(id) just returned: a held byte run comes out
+  /// in front of the text piece that closes it, so that piece's own text (Tokenizer::token_text) is
+  /// last; 0 when `out` does not end with it (the id wrote nothing of its own yet). Bytes.
+  size_t own_text_start(std::string_view out, uint32_t id) const;
   /// Times a decoder rewrote text already sent (0 for every decoder of the `tokenizers` library).
   size_t rewrites() const noexcept { return rewrites_; }
 

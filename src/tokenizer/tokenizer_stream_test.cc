@@ -143,7 +143,10 @@ TEST(TokenizerStream, ByteRunIsHeldUntilClosed) {
   EXPECT_EQ(dec.push(e2), "");
   const std::vector<uint32_t> ids = {a, e2, once};
   EXPECT_EQ(t.decode(ids, true), "\xEF\xBF\xBD\xEF\xBF\xBD Once");
-  EXPECT_EQ(dec.push(once), "\xEF\xBF\xBD\xEF\xBF\xBD Once");
+  const std::string closed = dec.push(once);
+  EXPECT_EQ(closed, "\xEF\xBF\xBD\xEF\xBF\xBD Once");
+  EXPECT_EQ(dec.own_text_start(closed, once), 6u);  // " Once" follows the run's two U+FFFD
+  EXPECT_EQ(dec.own_text_start("", a), 0u);
   EXPECT_EQ(dec.push(a), "");
   EXPECT_EQ(dec.flush(), "A");
   EXPECT_EQ(dec.rewrites(), 0u);

@@ -41,6 +41,11 @@ size_t first_invalid_utf8(std::string_view s) noexcept {
   return std::string_view::npos;
 }
 
+size_t utf8_char_start(std::string_view s, size_t n) noexcept {
+  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
 bool is_valid_utf8(std::string_view s) noexcept {
   return first_invalid_utf8(s) == std::string_view::npos;
 }

@@ -23,6 +23,11 @@ size_t first_invalid_utf8(std::string_view s) noexcept;
 /// Whether every byte of `s` belongs to a well-formed sequence (utf8_sequence).
 bool is_valid_utf8(std::string_view s) noexcept;
 
+/// `n` moved back to the start of the character it falls inside: the largest n' <= n where s[n'] is
+/// no continuation byte (10xxxxxx); `n` itself when n >= s.size(). So s[0, n') never ends inside a
+/// character.
+size_t utf8_char_start(std::string_view s, size_t n) noexcept;
+
 /// `s` with each maximal invalid subpart (utf8_sequence) replaced by `replace(subpart)`, a string;
 /// well-formed sequences are copied. escape_invalid_utf8 and the tokenizer's U+FFFD repair are
 /// the two replacements.

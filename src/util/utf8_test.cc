@@ -56,5 +56,17 @@ TEST(EscapeInvalidUtf8, EachBadByteBecomesItsHexEscape) {
   EXPECT_EQ(escape_invalid_utf8("\xe6\x97\xa5\xe6"), "\xe6\x97\xa5\\xe6");  // valid kept, the rest escaped
 }
 
+// A cut point moves back to the start of the character it falls inside ("é" is C3 A9, "€" E2 82 AC).
+TEST(Utf8, CharStartOfACutPoint) {
+  const std::string s = "a\xc3\xa9\xe2\x82\xac";
+  EXPECT_EQ(utf8_char_start(s, 0), 0u);
+  EXPECT_EQ(utf8_char_start(s, 1), 1u);
+  EXPECT_EQ(utf8_char_start(s, 2), 1u);  // inside é
+  EXPECT_EQ(utf8_char_start(s, 3), 3u);
+  EXPECT_EQ(utf8_char_start(s, 5), 3u);  // inside €
+  EXPECT_EQ(utf8_char_start(s, 6), 6u);  // the end
+  EXPECT_EQ(utf8_char_start(s, 9), 9u);  // past the end: unchanged
+}
+
 }  // namespace
 }  // namespace cortiq
