@@ -3,21 +3,26 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/model_impl.h"
+#include "model/blocks.h"
 #include "util/error.h"
 
 namespace cortiq::model {
 
-void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const SeqStep> steps, size_t R) {
-  const auto& a = arch;
+void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activations& ws, KeptLayer* kept) {
+  const auto& a = env.arch;
+  const auto norm_style = env.norm_style;
+  kernels::ThreadPool& pool = env.pool;
   const size_t Hd = a.hidden_size, hd = a.head_dim, nkv = a.num_kv_heads;
   const size_t nh = L.n_heads, qd = nh * hd, kd = nkv * hd, qrows = L.out_gate ? 2 * qd : qd;
   float* h = ws.h.data();
   float* n = ws.n.data();
-  const size_t* row_seq = ws.row_seq.data();
   const size_t* row_pos = ws.row_pos.data();
   for (size_t r = 0; r < R; ++r)
     kernels::rmsnorm(h + r * Hd, L.input_norm.data(), Hd, a.rms_norm_eps, norm_style, n + r * Hd);
+  if (kept) {
+    kept->h_in.assign(h, h + R * Hd);
+    kept->x_attn.assign(n, n + R * Hd);
+  }
   float* qraw = grow(ws.qraw, R * qrows);
   float* k = grow(ws.k, R * kd);
   float* v = grow(ws.v, R * kd);
@@ -26,7 +31,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   const kernels::WeightView* qkv[] = {&L.q, &L.k, &L.v};
   float* const qkv_out[] = {qraw, k, v};
   kernels::matmul_multi(qkv, n, R, qkv_out, pool);  // one pool hand-off for Q, K and V
-  const auto& rt = L.rope ? rope_local : rope_global;
+  const kernels::RopeTable& rt = *L.rope;
   for (size_t r = 0; r < R; ++r) {
     float* qr = qraw + r * qrows;
     float* kt = k + r * kd;
@@ -54,7 +59,12 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
     const int64_t pos = static_cast<int64_t>(row_pos[r]);
     kernels::rope(qt, nh, hd, rt, pos);
     kernels::rope(kt, nkv, hd, rt, pos);
-    steps[row_seq[r]].kv->store(li, row_pos[r], kt, vt);
+    ws.row_kv[r]->store(row_pos[r], kt, vt);
+  }
+  if (kept) {
+    kept->q.assign(q, q + R * qd);
+    kept->k.assign(k, k + R * kd);
+    kept->v.assign(v, v + R * kd);
   }
   kernels::AttentionParams ap;
   ap.n_heads = nh;
@@ -63,7 +73,8 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   ap.scale = static_cast<float>(
       1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
   ap.softcap = a.attn_logit_softcapping ? static_cast<float>(*a.attn_logit_softcapping) : 0.0f;
-  const Variant* const* row_var = ws.row_var.data();
+  KvLayer* const* row_kv = ws.row_kv.data();
+  const uint8_t* const* row_heads = ws.row_heads.data();
   float* att = grow(ws.att, R * qd);
   // Work items are (row, kv head) pairs, row-major: decode (R = 1) still spreads its kv heads over
   // the pool. Each pair writes only its own heads' rows of `att`, computed with the same
@@ -74,9 +85,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
       const size_t r = i / nkv, g0 = i % nkv, g1 = std::min(nkv, g0 + (i1 - i));
       const size_t end = row_pos[r] + 1;
       const size_t begin = window && window < end ? end - window : 0;
-      const uint8_t* heads = row_var[r] ? row_var[r]->head_alive[li].data() : nullptr;
-      kernels::attention(q + r * qd, steps[row_seq[r]].kv->layer_view(li), begin, end, ap, heads,
-                         att + r * qd, g0, g1);
+      kernels::attention(q + r * qd, row_kv[r]->view(), begin, end, ap, row_heads[r], att + r * qd, g0, g1);
       i += g1 - g0;
     }
   };
@@ -85,6 +94,7 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
   if (L.out_gate)
     for (size_t i = 0; i < R * qd; ++i)
       att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  if (kept) kept->att.assign(att, att + R * qd);
   float* tmp = ws.tmp.data();
   kernels::matmul(L.o, att, R, tmp, pool);
   for (size_t r = 0; r < R; ++r) {
@@ -94,6 +104,10 @@ void Model::Impl::attention_block(const Layer& L, size_t li, std::span<const Seq
     for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
     kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
                      norm_style, n + r * Hd);
+  }
+  if (kept) {
+    kept->h_mid.assign(h, h + R * Hd);
+    kept->x_ffn.assign(n, n + R * Hd);
   }
 }
 

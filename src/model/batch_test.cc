@@ -285,7 +285,7 @@ TEST(KvCache, LayerPlanesStartOnACacheLine) {
   for (bool f16 : {false, true}) {
     KvCache kv(c->arch, 4096, f16);
     for (size_t l = 0; l < layers; ++l) {
-      const kernels::KvLayerView v = kv.layer_view(l);
+      const kernels::KvLayerView v = kv.layer(l).view();
       EXPECT_EQ(reinterpret_cast<uintptr_t>(v.k) % 64, 0u) << "layer " << l << " f16 " << f16;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(v.v) % 64, 0u) << "layer " << l << " f16 " << f16;
       EXPECT_EQ(v.f16, f16);

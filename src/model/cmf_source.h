@@ -19,6 +19,11 @@ class CmfTensorSource : public TensorSource {
     return kernels::WeightView{t->dtype, t->shape, r_->payload(*t), t->name};
   }
   void release(std::span<const uint8_t> bytes) const override { r_->release(bytes); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const cmf::TensorInfo& t : r_->tensors()) out.push_back(t.name);
+    return out;
+  }
 
  private:
   const cmf::Reader* r_;

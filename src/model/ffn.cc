@@ -1,43 +1,53 @@
 // The FFN blocks: dense SwiGLU/GeGLU with per-row task-mask neurons, and mixture of experts with
-// per-row routable experts (spec §2.2, ENGINE-NOTES §3.8).
+// per-row routable experts (spec §2.2, ENGINE-NOTES §3.8); then the sandwich norm and the residual.
 #include <algorithm>
 #include <cmath>
 
-#include "model/model_impl.h"
+#include "model/blocks.h"
 #include "util/error.h"
 
 namespace cortiq::model {
 
-template <class Alive>
-void Model::Impl::dense_ffn(const Ffn& f, const Alive& alive, const float* x, size_t T, float* out) {
+namespace {
+
+/// out[T, hidden] = down(act(gate·x) · up·x) for T rows of x; `alive` (nullable, [T]) gives each
+/// row's alive-neuron bytes (nullptr = all).
+void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* alive, const float* x,
+               size_t T, float* out, Activations& ws, KeptLayer* kept) {
   const size_t W = f.width;
   float* g = grow(ws.ffn_g, T * W);
   float* u = grow(ws.ffn_u, T * W);
   const kernels::WeightView* gu[] = {&f.gate, &f.up};
   float* const gu_out[] = {g, u};
-  kernels::matmul_multi(gu, x, T, gu_out, pool);  // one pool hand-off for both projections
+  kernels::matmul_multi(gu, x, T, gu_out, env.pool);  // one pool hand-off for both projections
+  if (kept) {
+    kept->gate.assign(g, g + T * W);
+    kept->up.assign(u, u + T * W);
+  }
   for (size_t t = 0; t < T; ++t) {
     float* gt = g + t * W;
-    if (arch.hidden_act == cmf::HiddenAct::GeluTanh)
+    if (env.arch.hidden_act == cmf::HiddenAct::GeluTanh)
       kernels::geglu(gt, u + t * W, gt, W);
     else
       kernels::swiglu(gt, u + t * W, gt, W);
-    if (const uint8_t* a = alive(t))
+    if (const uint8_t* a = alive ? alive[t] : nullptr)
       for (size_t i = 0; i < W; ++i)
         if (!a[i]) gt[i] = 0.0f;
   }
-  kernels::matmul(f.down, g, T, out, pool);
+  if (kept) kept->act.assign(g, g + T * W);
+  kernels::matmul(f.down, g, T, out, env.pool);
 }
 
-void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t T, float* outs) {
+void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t T, float* outs,
+             Activations& ws) {
   // spec §2.2 / ENGINE-NOTES §3.8: softmax over the routable experts (all of them unless a task
   // mask restricts the set, spec §5), top-k by probability with ties to the lower index, optional
   // renormalization of the kept k, shared expert weighted by sigmoid(shared_expert_gate·x).
   // Routing is per token; the router logits of all T tokens come from one matmul (== T matvecs).
+  const auto& arch = env.arch;
   const size_t E = L.moe.experts.size(), Hd = arch.hidden_size;
   float* all_logits = grow(ws.moe_logits, T * E);
-  kernels::matmul(L.moe.router, xs, T, all_logits, pool);
-  const auto dense = [](size_t) -> const uint8_t* { return nullptr; };
+  kernels::matmul(L.moe.router, xs, T, all_logits, env.pool);
   double* p = grow(ws.moe_p, E);
   float* pf = grow(ws.moe_pf, E);
   float* y = grow(ws.moe_y, Hd);
@@ -46,8 +56,7 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
     const float* x = xs + t * Hd;
     const float* logits = all_logits + t * E;
     float* out = outs + t * Hd;
-    const Variant* var = ws.row_var[t];  // xs holds the call's rows 0..T-1
-    const std::vector<uint8_t>* allow = var && !var->expert_alive.empty() ? &var->expert_alive[li] : nullptr;
+    const std::vector<uint8_t>* allow = ws.row_experts[t];
     cand.clear();
     for (size_t e = 0; e < E; ++e)
       if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
@@ -71,12 +80,12 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
         double w = pf[e];
         if (arch.moe->norm_topk_prob) w /= ksum;
         const float wf = static_cast<float>(w * scaling);
-        dense_ffn(L.moe.experts[e], dense, x, 1, y);
+        dense_ffn(env, L.moe.experts[e], nullptr, x, 1, y, ws, nullptr);
         for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
       }
     }
     if (L.moe.shared) {
-      dense_ffn(*L.moe.shared, dense, x, 1, y);
+      dense_ffn(env, *L.moe.shared, nullptr, x, 1, y, ws, nullptr);
       float gw = 1.0f;
       if (!L.moe.shared_gate.empty()) {
         double s = 0.0;
@@ -88,18 +97,24 @@ void Model::Impl::moe_forward(const Layer& L, size_t li, const float* xs, size_t
   }
 }
 
-void Model::Impl::ffn_forward(const Layer& L, size_t li, const float* x, size_t T, float* out) {
-  if (L.is_moe) {
-    moe_forward(L, li, x, T, out);
-    return;
+}  // namespace
+
+void ffn_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activations& ws, KeptLayer* kept) {
+  const size_t Hd = env.arch.hidden_size;
+  float* n = ws.n.data();
+  float* tmp = ws.tmp.data();
+  if (L.is_moe)
+    moe_ffn(env, L, n, R, tmp, ws);
+  else
+    dense_ffn(env, L.ffn, ws.row_neurons.data(), n, R, tmp, ws, kept);
+  float* h = ws.h.data();
+  for (size_t r = 0; r < R; ++r) {
+    float* ft = tmp + r * Hd;
+    if (L.sandwich)
+      kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, env.arch.rms_norm_eps, env.norm_style, ft);
+    float* ht = h + r * Hd;
+    for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
   }
-  const Variant* const* var = ws.row_var.data();
-  dense_ffn(
-      L.ffn,
-      [var, li](size_t t) -> const uint8_t* {
-        return var[t] && !var[t]->ffn_alive[li].empty() ? var[t]->ffn_alive[li].data() : nullptr;
-      },
-      x, T, out);
 }
 
 }  // namespace cortiq::model

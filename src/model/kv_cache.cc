@@ -1,24 +1,50 @@
-#include <algorithm>
+#include "model/kv_cache.h"
 
-#include "model/model.h"
 #include "util/error.h"
 #include "util/half.h"
 
 namespace cortiq::model {
 
-KvCache::KvCache(const cmf::ModelArch& arch, size_t capacity, bool f16)
-    : capacity_(capacity), n_layers_(arch.num_layers), f16_(f16), head_dim_(arch.head_dim) {
-  kv_dim_.assign(n_layers_, arch.num_kv_heads);
-  for (size_t l = 0; l < n_layers_; ++l) {
-    const size_t n = kv_dim_[l] * capacity_ * head_dim_;
-    if (f16_) {
-      k16_.emplace_back(n);
-      v16_.emplace_back(n);
-    } else {
-      k32_.emplace_back(n);
-      v32_.emplace_back(n);
+KvLayer::KvLayer(size_t n_kv_heads, size_t capacity, size_t head_dim, bool f16)
+    : n_kv_heads_(n_kv_heads), capacity_(capacity), head_dim_(head_dim), f16_(f16) {
+  const size_t n = n_kv_heads_ * capacity_ * head_dim_;
+  if (f16_) {
+    k16_ = LineVec<uint16_t>(n);
+    v16_ = LineVec<uint16_t>(n);
+  } else {
+    k32_ = LineVec<float>(n);
+    v32_ = LineVec<float>(n);
+  }
+}
+
+kernels::KvLayerView KvLayer::view() const noexcept {
+  if (f16_) return {k16_.data(), v16_.data(), true, capacity_};
+  return {k32_.data(), v32_.data(), false, capacity_};
+}
+
+void KvLayer::store(size_t pos, const float* k, const float* v) {
+  for (size_t h = 0; h < n_kv_heads_; ++h) {
+    const size_t base = (h * capacity_ + pos) * head_dim_;
+    for (size_t d = 0; d < head_dim_; ++d) {
+      if (f16_) {
+        k16_[base + d] = f32_to_f16(k[h * head_dim_ + d]);
+        v16_[base + d] = f32_to_f16(v[h * head_dim_ + d]);
+      } else {
+        k32_[base + d] = k[h * head_dim_ + d];
+        v32_[base + d] = v[h * head_dim_ + d];
+      }
     }
   }
+}
+
+size_t KvLayer::bytes() const noexcept {
+  return 2 * n_kv_heads_ * capacity_ * head_dim_ * (f16_ ? 2 : 4);
+}
+
+KvCache::KvCache(const cmf::ModelArch& arch, size_t capacity, bool f16) : capacity_(capacity), f16_(f16) {
+  layers_.reserve(arch.num_layers);
+  for (size_t l = 0; l < arch.num_layers; ++l)
+    layers_.emplace_back(arch.num_kv_heads, capacity, arch.head_dim, f16);
 }
 
 void KvCache::truncate(size_t n) {
@@ -28,28 +54,8 @@ void KvCache::truncate(size_t n) {
 
 size_t KvCache::bytes() const noexcept {
   size_t b = 0;
-  for (size_t l = 0; l < n_layers_; ++l) b += 2 * kv_dim_[l] * capacity_ * head_dim_ * (f16_ ? 2 : 4);
+  for (const KvLayer& l : layers_) b += l.bytes();
   return b;
-}
-
-kernels::KvLayerView KvCache::layer_view(size_t layer) const {
-  if (f16_) return {k16_[layer].data(), v16_[layer].data(), true, capacity_};
-  return {k32_[layer].data(), v32_[layer].data(), false, capacity_};
-}
-
-void KvCache::store(size_t layer, size_t pos, const float* k, const float* v) {
-  for (size_t h = 0; h < kv_dim_[layer]; ++h) {
-    const size_t base = (h * capacity_ + pos) * head_dim_;
-    for (size_t d = 0; d < head_dim_; ++d) {
-      if (f16_) {
-        k16_[layer][base + d] = f32_to_f16(k[h * head_dim_ + d]);
-        v16_[layer][base + d] = f32_to_f16(v[h * head_dim_ + d]);
-      } else {
-        k32_[layer][base + d] = k[h * head_dim_ + d];
-        v32_[layer][base + d] = v[h * head_dim_ + d];
-      }
-    }
-  }
 }
 
 }  // namespace cortiq::model

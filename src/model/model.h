@@ -1,12 +1,12 @@
 // The transformer forward pass on the CPU (ENGINE-NOTES §3.1–3.8, §3.11, §3.14; spec §2, §2.2, §5).
 //
-// Life cycle: Model::bind(arch, source) resolves every tensor by name ONCE (binding indirection:
-// see tensor_source.h), decides per layer which operators apply from tensor presence, checks every
-// matrix has a kernel, and copies only the small vectors (norm weights, biases, shared-expert
-// gate) to f32. Then forward() runs any number of positions (prefill: T > 1, decode: T = 1) into a
-// KvCache. A task mask is compiled once into a Variant (compile_variant) that a sequence carries;
-// it is consulted in exactly three places: the layer loop (gates), attention (heads) and the FFN
-// (neurons, routable experts).
+// Life cycle: Model::bind(arch, source) binds the Weights (weights.h: every tensor resolved by name
+// ONCE, operators per layer decided from tensor presence, every matrix checked for a kernel, the
+// small vectors copied to f32) and gives them a thread pool and activations. Then forward() runs
+// any number of positions (prefill: T > 1, decode: T = 1) into a KvCache. The pass is embed ·
+// run_layers(begin, end) · head, each callable alone (begin / run_layers / finish). A task mask is compiled
+// once into a Variant (compile_variant) that a sequence carries; it is consulted in exactly three places: the
+// layer loop (gates), attention (heads) and the FFN (neurons, routable experts).
 //
 // Supported families (layer_types FullAttention / SlidingAttention): llama, mistral, qwen2, qwen3,
 // gemma, gemma2, gemma3, phi3 (split q/k/v and gate/up), qwen2_moe, qwen3_moe. Other mixers
@@ -25,43 +25,17 @@
 #include "cmf/header.h"
 #include "cmf/masks.h"
 #include "kernels/kernels.h"
+#include "model/activations.h"
+#include "model/kv_cache.h"
 #include "model/tensor_source.h"
 #include "model/variant.h"
-#include "util/line_vec.h"
+#include "model/weights.h"
 
 namespace cortiq::model {
 
 /// Bind-time options.
 struct ModelOptions {
   size_t threads = 1;  ///< kernel thread pool size (0 = hardware concurrency)
-};
-
-/// Per-sequence key/value storage, head-major per layer: [n_kv_heads][capacity][head_dim]
-/// (ENGINE-NOTES §3.14). `size()` = positions already stored (the next position to run).
-class KvCache {
- public:
-  /// Allocates `capacity` positions for every layer of `arch` (f16 = IEEE RNE storage).
-  KvCache(const cmf::ModelArch& arch, size_t capacity, bool f16 = false);
-  size_t capacity() const noexcept { return capacity_; }
-  size_t size() const noexcept { return size_; }
-  bool is_f16() const noexcept { return f16_; }
-  /// Forgets positions >= n (n <= size()); used to reuse a shared prompt prefix.
-  void truncate(size_t n);
-  /// Bytes allocated.
-  size_t bytes() const noexcept;
-
-  // Internal to Model.
-  kernels::KvLayerView layer_view(size_t layer) const;
-  void store(size_t layer, size_t pos, const float* k, const float* v);
-  void set_size(size_t n) { size_ = n; }
-
- private:
-  size_t capacity_ = 0, size_ = 0, n_layers_ = 0;
-  bool f16_ = false;
-  std::vector<size_t> kv_dim_;  // n_kv_heads per layer
-  size_t head_dim_ = 0;
-  std::vector<LineVec<float>> k32_, v32_;  // cache-line aligned: attention loads whole lines
-  std::vector<LineVec<uint16_t>> k16_, v16_;
 };
 
 /// Which logits forward() produces.
@@ -110,10 +84,14 @@ class Model {
   /// or a tensor with an inconsistent shape.
   static std::unique_ptr<Model> bind(const cmf::ModelArch& arch, const TensorSource& source,
                                      const ModelOptions& opt = {});
+  /// A model over weights bound before (shared, e.g. Weights::with_overrides of another model's).
+  static std::unique_ptr<Model> create(std::shared_ptr<const Weights> weights, const ModelOptions& opt = {});
   ~Model();
 
   const cmf::ModelArch& arch() const noexcept;
   uint32_t vocab_size() const noexcept;
+  /// The weights this model runs (shareable with other models).
+  const std::shared_ptr<const Weights>& weights() const noexcept;
 
   /// Runs tokens (positions kv.size() .. kv.size()+T−1), appends their K/V, advances kv.size().
   /// logits: [vocab] (Last), [T, vocab] (All) or empty (None); T == 0 does nothing. Throws
@@ -134,12 +112,27 @@ class Model {
   /// (kernels::matmul is bit-identical to n matvecs). Each step runs under its own variant: steps
   /// with different task masks share the step, each row computing exactly what it would alone
   /// (a layer a row's variant skips is computed for the batch and discarded for that row). `taps`
-  /// (optional) are called between blocks. All steps are validated before any
+  /// (optional) are called between blocks. `act` (optional) holds the pass's activations (the
+  /// model's own when null): with act->keep, every layer's intermediates stay in act->kept. All
+  /// steps are validated before any
   /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
   /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
   /// that is non-empty but shorter than vocab (T·vocab with all_logits); Error(NonFinite) as
   /// forward() (after the caches have advanced).
-  void forward_batch(std::span<const SeqStep> steps, const Taps* taps = nullptr);
+  void forward_batch(std::span<const SeqStep> steps, const Taps* taps = nullptr, Activations* act = nullptr);
+
+  /// The pieces of forward_batch, for a caller that runs part of the model (the hidden state after
+  /// layer L for routing, a trainer's tail, an MTP block): begin() validates the steps as
+  /// forward_batch does and writes the embeddings into act.h [R, hidden]; run_layers(b, e) runs
+  /// layers b..e−1 on act.h, storing each layer's K/V at the rows' positions; finish() calls the
+  /// final-hidden tap, advances every KV cache by its step's tokens and writes the wanted logits.
+  /// forward_batch = begin · run_layers(0, num_layers) · finish, bit for bit. Between begin and
+  /// finish the steps and act must not change. Throws as forward_batch; run_layers
+  /// Error(InvalidArgument) for b > e or e > num_layers.
+  void begin(std::span<const SeqStep> steps, Activations& act);
+  void run_layers(size_t begin, size_t end, std::span<const SeqStep> steps, Activations& act,
+                  const Taps* taps = nullptr);
+  void finish(std::span<const SeqStep> steps, Activations& act, const Taps* taps = nullptr);
 
   /// Compiles a task mask for this model, once: nullptr for none, and for a mask with every bit
   /// open (dropped, ENGINE-NOTES §3.11 — the result is identical either way). Throws

@@ -28,6 +28,8 @@ class TensorSource {
   /// kernels::prepare_weight copied them into another layout: a file-backed source hands their
   /// pages back (later reads stay valid). The default does nothing.
   virtual void release(std::span<const uint8_t> bytes) const { (void)bytes; }
+  /// Every tensor name the source holds (Weights::with_overrides replaces exactly these).
+  virtual std::vector<std::string> names() const = 0;
 };
 
 /// Tensors held in memory (tests, oracles): each is an encoded payload with dtype and shape.
@@ -42,7 +44,7 @@ class MemoryTensorSource : public TensorSource {
   void remove(const std::string& name);
   std::optional<kernels::WeightView> find(std::string_view name) const override;
   /// Names in sorted order.
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const override;
 
  private:
   struct Entry {

@@ -16,9 +16,9 @@ double Variant::ffn_alive_fraction() const noexcept {
 }
 
 std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) const {
-  const Impl& I = *impl_;
   if (!m) return nullptr;
-  const auto& a = I.arch;
+  const Weights& w = *impl_->w;
+  const auto& a = w.arch;
   if (m->layer_gates.cols() != a.num_layers || m->heads.rows() != a.num_layers ||
       m->heads.cols() != a.num_attention_heads || m->ffn.rows() < a.num_layers)
     fail(ErrorKind::InvalidArgument, "task mask '{}': bit shapes disagree with the arch", m->name);
@@ -32,7 +32,7 @@ std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) co
   for (uint32_t l = 0; l < a.num_layers; ++l) {
     v->layer_alive[l] = m->gate(l);
     all_open &= v->layer_alive[l] != 0;
-    const Layer& L = I.layers[l];
+    const LayerWeights& L = *w.layers[l];
     v->head_alive[l].assign(L.n_heads, 1);
     for (uint32_t h = 0; h < L.n_heads && h < m->heads.cols(); ++h) {
       v->head_alive[l][h] = m->heads.get(l, h);
