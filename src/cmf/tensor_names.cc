@@ -48,9 +48,16 @@ constexpr std::array kNames = {
     Entry{TensorRole::MtpEnorm, Scope::Model, "model.mtp.enorm.weight"},
     Entry{TensorRole::MtpHnorm, Scope::Model, "model.mtp.hnorm.weight"},
     Entry{TensorRole::MtpNorm, Scope::Model, "model.mtp.norm.weight"},
+    Entry{TensorRole::AttnGate, Scope::Layer, "self_attn.g_proj.weight"},
+    Entry{TensorRole::GdnInProjA, Scope::Layer, "linear_attn.in_proj_a.weight"},
+    Entry{TensorRole::GdnInProjB, Scope::Layer, "linear_attn.in_proj_b.weight"},
+    Entry{TensorRole::GdnInProjBa, Scope::Layer, "linear_attn.in_proj_ba.weight"},
+    Entry{TensorRole::FusedQkv, Scope::Layer, "self_attn.qkv_proj.weight"},
+    Entry{TensorRole::FusedGateUp, Scope::Layer, "mlp.gate_up_proj.weight"},
 };
 
 constexpr std::string_view kLayers = "model.layers.", kExperts = "mlp.experts.", kSkill = "skill.";
+constexpr std::string_view kMtpLayers = "layers.";  ///< the MTP block's layers, after kMtpPrefix
 
 const Entry& entry(TensorRole role) {
   for (const Entry& e : kNames)
@@ -70,42 +77,101 @@ std::optional<uint32_t> take_index(std::string_view& s) {
   return static_cast<uint32_t>(v);
 }
 
-}  // namespace
+/// `name` taken apart at its front: the layer and expert prefixes, and what follows them.
+struct Split {
+  bool mtp = false;
+  std::optional<uint32_t> layer;
+  bool in_experts = false;
+  std::optional<uint32_t> expert;
+  Scope scope = Scope::Model;
+  std::string_view rest;  ///< the whole name (Model scope) or what follows the layer / expert prefix
+};
 
-std::string tensor_name(TensorRole role, uint32_t layer, uint32_t expert) {
-  const Entry& e = entry(role);
+Split split(std::string_view name) {
+  Split s;
+  s.rest = name;
+  std::string_view r = name, layers = kLayers;
+  if (r.starts_with(kMtpPrefix)) {
+    s.mtp = true;
+    r.remove_prefix(kMtpPrefix.size());
+    layers = kMtpLayers;
+  }
+  if (!r.starts_with(layers)) return s;
+  r.remove_prefix(layers.size());
+  s.layer = take_index(r);
+  if (!s.layer) return s;
+  s.scope = Scope::Layer;
+  s.rest = r;
+  if (!r.starts_with(kExperts)) return s;
+  s.in_experts = true;
+  r.remove_prefix(kExperts.size());
+  s.expert = take_index(r);
+  if (!s.expert) return s;
+  s.scope = Scope::Expert;
+  s.rest = r;
+  return s;
+}
+
+/// The text of `e` without its last component ("self_attn.q_proj" of "self_attn.q_proj.weight").
+std::string_view module_text(const Entry& e) {
+  return e.text.substr(0, e.text.rfind('.'));
+}
+
+/// `text` (the entry's, or its module's) under the layer / expert / MTP prefix of `n`.
+std::string spell(const Entry& e, const TensorName& n, std::string_view text) {
+  if (n.mtp && e.scope == Scope::Model)
+    fail(ErrorKind::InvalidArgument, "tensor role {} is not per layer: it has no MTP-layer name",
+         static_cast<int>(e.role));
+  std::string s = n.mtp ? std::string(kMtpPrefix) + std::string(kMtpLayers) : std::string(kLayers);
   switch (e.scope) {
     case Scope::Model:
-      return std::string(e.text);
+      return std::string(text);
     case Scope::Layer:
-      return std::string(kLayers) + std::to_string(layer) + "." + std::string(e.text);
+      return s + std::to_string(n.layer) + "." + std::string(text);
     case Scope::Expert:
-      return std::string(kLayers) + std::to_string(layer) + "." + std::string(kExperts) +
-             std::to_string(expert) + "." + std::string(e.text);
+      return s + std::to_string(n.layer) + "." + std::string(kExperts) + std::to_string(n.expert) + "." +
+             std::string(text);
   }
   return {};
 }
 
+}  // namespace
+
+std::string tensor_name(TensorRole role, uint32_t layer, uint32_t expert) {
+  return tensor_name(TensorName{role, layer, expert});
+}
+
+std::string tensor_name(const TensorName& n) {
+  const Entry& e = entry(n.role);
+  return spell(e, n, e.text);
+}
+
+std::string tensor_module(const TensorName& n) {
+  const Entry& e = entry(n.role);
+  return spell(e, n, module_text(e));
+}
+
 std::optional<TensorName> parse_tensor_name(std::string_view name) {
+  const Split s = split(name);
+  if (s.mtp && s.scope != Scope::Model) return std::nullopt;  // an MTP layer's tensor: tensor_place
   for (const Entry& e : kNames)
-    if (e.scope == Scope::Model && e.text == name) return TensorName{e.role};
-  if (name.substr(0, kLayers.size()) != kLayers) return std::nullopt;
-  name.remove_prefix(kLayers.size());
-  const auto layer = take_index(name);
-  if (!layer) return std::nullopt;
-  Scope scope = Scope::Layer;
-  uint32_t expert = 0;
-  if (name.substr(0, kExperts.size()) == kExperts) {
-    std::string_view rest = name.substr(kExperts.size());
-    if (const auto e = take_index(rest)) {
-      scope = Scope::Expert;
-      expert = *e;
-      name = rest;
+    if (e.scope == s.scope && e.text == s.rest)
+      return TensorName{e.role, s.layer.value_or(0), s.expert.value_or(0)};
+  return std::nullopt;
+}
+
+TensorPlace tensor_place(std::string_view name) {
+  const Split s = split(name);
+  TensorPlace p{s.mtp, s.layer, s.in_experts, s.expert, std::nullopt, {}};
+  for (const Entry& e : kNames) {
+    const std::string_view m = module_text(e);
+    if (e.scope == s.scope && s.rest.size() > m.size() && s.rest.starts_with(m) && s.rest[m.size()] == '.') {
+      p.module = e.role;
+      p.tail = s.rest.substr(m.size() + 1);
+      break;
     }
   }
-  for (const Entry& e : kNames)
-    if (e.scope == scope && e.text == name) return TensorName{e.role, *layer, expert};
-  return std::nullopt;
+  return p;
 }
 
 bool is_layer_role(TensorRole role) noexcept {

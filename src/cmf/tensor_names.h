@@ -50,6 +50,15 @@ enum class TensorRole : uint8_t {
   MtpEnorm,
   MtpHnorm,
   MtpNorm,  ///< model.mtp.{eh_proj,enorm,hnorm,norm}.weight
+  // per layer: gates and mixers the runtime does not run but the quantization plan names
+  // (FORMAT-NOTES §1.9 force-f16 list; ENGINE-NOTES §3.1, §3.7)
+  AttnGate,     ///< …self_attn.g_proj.weight (softplus output gate) [heads or heads·head_dim, hidden]
+  GdnInProjA,   ///< …linear_attn.in_proj_a.weight (GatedDeltaNet) [value heads, hidden]
+  GdnInProjB,   ///< …linear_attn.in_proj_b.weight [value heads, hidden]
+  GdnInProjBa,  ///< …linear_attn.in_proj_ba.weight (Qwen3-Next's fused b | a, when a converter keeps it)
+  // source only: HF Phi3's fused projections, which convert splits by rows (no CMF file holds them)
+  FusedQkv,     ///< …self_attn.qkv_proj.weight [q + 2·kv rows, hidden] → Q | K | V
+  FusedGateUp,  ///< …mlp.gate_up_proj.weight [2·intermediate, hidden] → FfnGate | FfnUp
 };
 
 /// A canonical name taken apart.
@@ -57,15 +66,42 @@ struct TensorName {
   TensorRole role;
   uint32_t layer = 0;   ///< per-layer and expert roles
   uint32_t expert = 0;  ///< expert roles
+  bool mtp = false;     ///< a layer of the MTP block: `model.mtp.layers.{layer}.…` (per-layer roles only)
 };
+
+/// HF's base-model namespace: every canonical name but the head's (`lm_head.weight`) starts with it.
+inline constexpr std::string_view kBaseModelPrefix = "model.";
+/// The MTP block's namespace (ENGINE-NOTES §3.9), inside the base model's.
+inline constexpr std::string_view kMtpPrefix = "model.mtp.";
 
 /// The canonical name of `role` (layer / expert ignored where the role has none).
 std::string tensor_name(TensorRole role, uint32_t layer = 0, uint32_t expert = 0);
+/// The canonical name of `n`. Throws Error(InvalidArgument) for `mtp` on a role that is not per layer.
+std::string tensor_name(const TensorName& n);
+/// The HF module that holds the tensor `n`: its name without the last component
+/// (`model.layers.3.self_attn.q_proj` for Q and for QBias). Another parameter of that module is
+/// `tensor_module(n) + ".bias"`. Throws as tensor_name does.
+std::string tensor_module(const TensorName& n);
 /// The role a canonical name spells, or nullopt for a name no role spells (an unknown tensor, a
 /// skill overlay: see parse_skill_name). Layer and expert indices are decimal without leading zeros.
 std::optional<TensorName> parse_tensor_name(std::string_view name);
 /// Whether the role is indexed by layer.
 bool is_layer_role(TensorRole role) noexcept;
+
+/// Where a name stands, read from its front alone, whether or not a role spells it whole (a bias
+/// of a weight role, a tensor of an MTP layer, an unknown tensor of a known layer). Indices are
+/// decimal without leading zeros, as in parse_tensor_name.
+struct TensorPlace {
+  bool mtp = false;                  ///< under kMtpPrefix
+  std::optional<uint32_t> layer;     ///< under `model.layers.{l}.` (`model.mtp.layers.{l}.` when mtp)
+  bool in_experts = false;           ///< under that layer's `mlp.experts.`, indexed or not
+  std::optional<uint32_t> expert;    ///< under `mlp.experts.{e}.`
+  std::optional<TensorRole> module;  ///< under tensor_module of this role (the weight role where a
+                                     ///< weight and a bias share the module)
+  std::string_view tail;             ///< what follows the module and its '.' ("weight", "bias", …)
+};
+/// The place of `name` (`tail` views `name`). Names under no role's module have no `module`.
+TensorPlace tensor_place(std::string_view name);
 
 /// Which axis of an FFN tensor a neuron is — what task masks and defrag prune (spec §5): the rows
 /// of gate/up ([width, hidden]), the columns of down ([hidden, width]); None for other roles.

@@ -33,6 +33,80 @@ TEST(TensorNames, RolesSpellTheHfNamesAndParseBack) {
   EXPECT_EQ(e->expert, 10u);
 }
 
+// The roles convert and the quantization plan name (FORMAT-NOTES §1.9 force-f16 list; HF Phi3's
+// fused projections), spelled as the checkpoints spell them, and parsing back like the others.
+TEST(TensorNames, PlanAndSourceRolesSpellTheirHfNames) {
+  EXPECT_EQ(tensor_name(TensorRole::AttnGate, 2), "model.layers.2.self_attn.g_proj.weight");
+  EXPECT_EQ(tensor_name(TensorRole::GdnInProjA, 0), "model.layers.0.linear_attn.in_proj_a.weight");
+  EXPECT_EQ(tensor_name(TensorRole::GdnInProjB, 0), "model.layers.0.linear_attn.in_proj_b.weight");
+  EXPECT_EQ(tensor_name(TensorRole::GdnInProjBa, 0), "model.layers.0.linear_attn.in_proj_ba.weight");
+  EXPECT_EQ(tensor_name(TensorRole::FusedQkv, 1), "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(tensor_name(TensorRole::FusedGateUp, 1), "model.layers.1.mlp.gate_up_proj.weight");
+  for (int r = static_cast<int>(TensorRole::AttnGate); r <= static_cast<int>(TensorRole::FusedGateUp); ++r) {
+    const auto role = static_cast<TensorRole>(r);
+    const auto p = parse_tensor_name(tensor_name(role, 9));
+    ASSERT_TRUE(p) << r;
+    EXPECT_EQ(p->role, role);
+    EXPECT_EQ(p->layer, 9u);
+    EXPECT_TRUE(is_layer_role(role));
+  }
+}
+
+// The MTP block's layer (ENGINE-NOTES §3.9: `model.mtp.layers.0.self_attn.q_proj` …) and modules.
+TEST(TensorNames, MtpLayerNamesAndModules) {
+  EXPECT_EQ(tensor_name(TensorName{TensorRole::Q, 0, 0, true}), "model.mtp.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(tensor_name(TensorName{TensorRole::ExpertDown, 2, 5, true}),
+            "model.mtp.layers.2.mlp.experts.5.down_proj.weight");
+  EXPECT_EQ(tensor_name(TensorName{TensorRole::FinalNorm}), "model.norm.weight");
+  EXPECT_THROW(tensor_name(TensorName{TensorRole::MtpEhProj, 0, 0, true}), Error);
+  // parse_tensor_name is the trunk's: an MTP layer's tensor is no role there
+  EXPECT_FALSE(parse_tensor_name("model.mtp.layers.0.self_attn.q_proj.weight"));
+  EXPECT_EQ(tensor_module({TensorRole::QBias, 3}), "model.layers.3.self_attn.q_proj");
+  EXPECT_EQ(tensor_module({TensorRole::Q, 3}), "model.layers.3.self_attn.q_proj");
+  EXPECT_EQ(tensor_module({TensorRole::ExpertGate, 1, 2}), "model.layers.1.mlp.experts.2.gate_proj");
+  EXPECT_EQ(tensor_module({TensorRole::Router, 4, 0, true}), "model.mtp.layers.4.mlp.gate");
+  EXPECT_EQ(tensor_module({TensorRole::Head}), "lm_head");
+  EXPECT_EQ(tensor_module({TensorRole::MtpEnorm}), "model.mtp.enorm");
+}
+
+TEST(TensorNames, PlaceOfNamesRolesDoNotSpellWhole) {
+  TensorPlace p = tensor_place("model.layers.3.self_attn.o_proj.bias");
+  EXPECT_FALSE(p.mtp);
+  EXPECT_EQ(p.layer, 3u);
+  EXPECT_EQ(p.module, TensorRole::O);
+  EXPECT_EQ(p.tail, "bias");
+  p = tensor_place("model.mtp.layers.0.mlp.experts.7.up_proj.weight");
+  EXPECT_TRUE(p.mtp);
+  EXPECT_EQ(p.layer, 0u);
+  EXPECT_TRUE(p.in_experts);
+  EXPECT_EQ(p.expert, 7u);
+  EXPECT_EQ(p.module, TensorRole::ExpertUp);
+  EXPECT_EQ(p.tail, "weight");
+  p = tensor_place("model.mtp.eh_proj.weight");
+  EXPECT_TRUE(p.mtp);
+  EXPECT_FALSE(p.layer);
+  EXPECT_EQ(p.module, TensorRole::MtpEhProj);
+  // a packed expert bank: under the experts, of no expert and no role
+  p = tensor_place("model.layers.2.mlp.experts.gate_up_proj");
+  EXPECT_TRUE(p.in_experts);
+  EXPECT_FALSE(p.expert);
+  EXPECT_FALSE(p.module);
+  p = tensor_place("model.layers.2.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(p.module, TensorRole::Router);
+  EXPECT_EQ(p.tail, "e_score_correction_bias");
+  EXPECT_EQ(tensor_place("model.layers.2.mlp.gate_proj.weight").module, TensorRole::FfnGate);
+  EXPECT_EQ(tensor_place("model.norm.weight").module, TensorRole::FinalNorm);
+  p = tensor_place("model.layers.2.linear_attn.A_log");
+  EXPECT_EQ(p.layer, 2u);
+  EXPECT_FALSE(p.module);
+  for (const char* n :
+       {"lm_head", "model.normx.weight", "model.layers.01.mlp.up_proj.weight", "x.lm_head.weight"}) {
+    p = tensor_place(n);
+    EXPECT_FALSE(p.module) << n;
+    EXPECT_FALSE(p.layer) << n;
+  }
+}
+
 TEST(TensorNames, OtherNamesAreNotRoles) {
   for (const char* n :
        {"", "model.layers.", "model.layers.x.mlp.up_proj.weight", "model.layers.01.mlp.up_proj.weight",

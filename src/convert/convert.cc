@@ -14,6 +14,7 @@
 
 #include "cmf/hash.h"
 #include "cmf/reader.h"
+#include "cmf/tensor_names.h"
 #include "cmf/writer.h"
 #include "convert/gguf.h"
 #include "convert/gguf_model.h"
@@ -301,8 +302,8 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
       continue;
     }
     // fused projections are split by rows as tensor_map splits HF's: q | k | v and gate | up
-    const auto cut = [&](const std::string& fused,
-                         std::initializer_list<std::pair<const char*, uint64_t>> parts) {
+    const auto fused = cmf::parse_tensor_name(name);
+    const auto cut = [&](std::initializer_list<std::pair<cmf::TensorRole, uint64_t>> parts) {
       uint64_t want = 0;
       for (const auto& [part, rows] : parts) want += rows;
       if (t.shape.size() != 2 || t.shape[0] != want)
@@ -310,26 +311,28 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
              fmt::join(t.shape, ", "), want);
       uint64_t row0 = 0;
       for (const auto& [part, rows] : parts) {
-        srcs.push_back({name.substr(0, name.find(fused)) + part + ".weight", &t, row0, rows});
+        srcs.push_back({cmf::tensor_name(part, fused->layer), &t, row0, rows});
         row0 += rows;
       }
     };
-    if (name.ends_with("self_attn.qkv_proj.weight")) {
+    if (fused && fused->role == cmf::TensorRole::FusedQkv) {
       const uint64_t q = uint64_t{arch.num_attention_heads} * arch.head_dim,
                      kv = uint64_t{arch.num_kv_heads} * arch.head_dim;
-      cut("qkv_proj", {{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}});
+      cut({{cmf::TensorRole::Q, q}, {cmf::TensorRole::K, kv}, {cmf::TensorRole::V, kv}});
       continue;
     }
-    if (name.ends_with("mlp.gate_up_proj.weight")) {
-      cut("gate_up_proj", {{"gate_proj", arch.intermediate_size}, {"up_proj", arch.intermediate_size}});
+    if (fused && fused->role == cmf::TensorRole::FusedGateUp) {
+      cut({{cmf::TensorRole::FfnGate, arch.intermediate_size},
+           {cmf::TensorRole::FfnUp, arch.intermediate_size}});
       continue;
     }
     srcs.push_back({std::move(name), &t});
   }
   std::stable_sort(srcs.begin(), srcs.end(),
                    [](const Src& a, const Src& b) { return write_order_less(a.name, b.name); });
-  const auto embed = std::find_if(srcs.begin(), srcs.end(),
-                                  [](const Src& s) { return s.name == "model.embed_tokens.weight"; });
+  const std::string embed_name = cmf::tensor_name(cmf::TensorRole::Embed);
+  const auto embed =
+      std::find_if(srcs.begin(), srcs.end(), [&](const Src& s) { return s.name == embed_name; });
   if (embed == srcs.end())
     fail(ErrorKind::Parse, "GGUF '{}' has no 'token_embd.weight'{}", opt.model_dir,
          g.tensors().empty() ? " (it has no tensors at all: a vocab-only GGUF holds no model)" : "");
@@ -383,10 +386,10 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
     const uint64_t row0 = s.row0, slice_rows = s.rows;
     if (slice_rows) j.shape[0] = slice_rows;
     j.decision = decide(opt.plan, j.name, j.shape, false);
-    uint32_t qk_heads = 0;
-    if (permuted && j.name.find("self_attn.q_proj.") != std::string::npos)
-      qk_heads = arch.num_attention_heads;
-    if (permuted && j.name.find("self_attn.k_proj.") != std::string::npos) qk_heads = arch.num_kv_heads;
+    uint32_t qk_heads = 0;  // a weight or a bias of the Q or K projection
+    const auto proj = cmf::tensor_place(j.name).module;
+    if (permuted && proj == cmf::TensorRole::Q) qk_heads = arch.num_attention_heads;
+    if (permuted && proj == cmf::TensorRole::K) qk_heads = arch.num_kv_heads;
     j.load = [t, qk_heads, row0, slice_rows, name = j.name](std::vector<float>& v) {
       v.resize(t->numel);
       gguf_to_f32(*t, v);

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <optional>
 #include <utility>
 
+#include "cmf/tensor_names.h"
 #include "util/error.h"
 
 namespace cortiq::convert {
@@ -86,21 +86,29 @@ std::optional<json> rope_scaling_of(const Md& md) {
   return rs;
 }
 
-/// (GGUF name, HF name) of the per-layer tensors, without the `.weight` / `.bias` suffix.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayerNames{{
-    {"attn_norm", "input_layernorm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},  // qwen3
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"attn_qkv", "self_attn.qkv_proj"},  // phi3
-}};
+/// GGUF's per-layer tensor names (llama.cpp gguf-py constants.py, `blk.{l}.NAME.weight` / `.bias`)
+/// and the roles whose modules they stand for.
+constexpr std::pair<std::string_view, cmf::TensorRole> kLayerNames[] = {
+    {"attn_norm", cmf::TensorRole::InputNorm},
+    {"attn_q", cmf::TensorRole::Q},
+    {"attn_k", cmf::TensorRole::K},
+    {"attn_v", cmf::TensorRole::V},
+    {"attn_output", cmf::TensorRole::O},
+    {"ffn_norm", cmf::TensorRole::PostAttnNorm},
+    {"ffn_gate", cmf::TensorRole::FfnGate},
+    {"ffn_up", cmf::TensorRole::FfnUp},
+    {"ffn_down", cmf::TensorRole::FfnDown},
+    {"attn_q_norm", cmf::TensorRole::QNorm},  // qwen3
+    {"attn_k_norm", cmf::TensorRole::KNorm},
+    {"attn_qkv", cmf::TensorRole::FusedQkv},  // phi3
+};
+
+/// GGUF's whole-model tensor names and their roles.
+constexpr std::pair<std::string_view, cmf::TensorRole> kModelNames[] = {
+    {"token_embd.weight", cmf::TensorRole::Embed},
+    {"output_norm.weight", cmf::TensorRole::FinalNorm},
+    {"output.weight", cmf::TensorRole::Head},
+};
 
 }  // namespace
 
@@ -180,15 +188,8 @@ std::optional<json> rope_scaling_from_gguf(const json& metadata, const std::stri
 }
 
 std::string hf_name_from_gguf(std::string_view g, std::string_view arch) {
-  // phi3's ffn_up is HF's fused gate_up_proj (Phi3MiniModel writes it unsplit); its attn_qkv is
-  // qkv_proj (kLayerNames). The caller splits both as tensor_map does HF's.
-  if (arch == "phi3" && g.starts_with("blk.") && g.ends_with(".ffn_up.weight")) {
-    std::string n = hf_name_from_gguf(g, "");
-    return n.replace(n.rfind("up_proj"), 7, "gate_up_proj");
-  }
-  if (g == "token_embd.weight") return "model.embed_tokens.weight";
-  if (g == "output_norm.weight") return "model.norm.weight";
-  if (g == "output.weight") return "lm_head.weight";
+  for (const auto& [gguf, role] : kModelNames)
+    if (g == gguf) return cmf::tensor_name(role);
   if (g == "rope_freqs.weight") return "";
   if (g.starts_with("blk.")) {
     const std::string_view rest = g.substr(4);
@@ -198,10 +199,15 @@ std::string hf_name_from_gguf(std::string_view g, std::string_view arch) {
       const auto r = std::from_chars(rest.data(), rest.data() + dot, layer);
       if (r.ec == std::errc() && r.ptr == rest.data() + dot) {
         const std::string_view tail = rest.substr(dot + 1);  // e.g. attn_q.weight
-        for (const auto& [gg, hf] : kLayerNames)
+        for (auto [gg, role] : kLayerNames)
           for (std::string_view suffix : {".weight", ".bias"})
-            if (tail.size() == gg.size() + suffix.size() && tail.starts_with(gg) && tail.ends_with(suffix))
-              return fmt::format("model.layers.{}.{}{}", layer, hf, suffix);
+            if (tail.size() == gg.size() + suffix.size() && tail.starts_with(gg) && tail.ends_with(suffix)) {
+              // phi3's ffn_up is HF's fused gate_up_proj (Phi3MiniModel writes it unsplit); its
+              // attn_qkv is qkv_proj (kLayerNames). The caller splits both as tensor_map does HF's.
+              if (arch == "phi3" && role == cmf::TensorRole::FfnUp && suffix == ".weight")
+                role = cmf::TensorRole::FusedGateUp;
+              return cmf::tensor_module({role, layer}) + std::string(suffix);
+            }
       }
     }
   }

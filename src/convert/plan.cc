@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
+#include "cmf/tensor_names.h"
 #include "util/error.h"
 
 namespace cortiq::convert {
 
+using cmf::TensorRole;
 using quant::DType;
 
 namespace {
@@ -41,18 +44,43 @@ bool needs_in32(DType t) {
   }
 }
 
-bool force_f16_name(std::string_view n) {
-  return ends_with(n, ".mlp.gate.weight") || ends_with(n, "shared_expert_gate.weight") ||
-         ends_with(n, "self_attn.g_proj.weight") || ends_with(n, "conv1d.weight") ||
-         contains(n, "linear_attn.in_proj_a") || contains(n, "linear_attn.in_proj_b") || contains(n, "norm");
+/// What `n` is under: the role whose module holds it and what follows that module's '.'; for a
+/// skill overlay (FORMAT-NOTES §1.14), those of the backbone tensor it overlays.
+struct Under {
+  std::optional<TensorRole> module;
+  std::string tail;
+};
+Under under(std::string_view n) {
+  const auto skill = cmf::parse_skill_name(n);
+  const cmf::TensorPlace p = cmf::tensor_place(skill ? std::string_view(skill->second) : n);
+  return {p.module, std::string(p.tail)};
 }
 
+bool any_of_roles(const std::optional<TensorRole>& r, std::initializer_list<TensorRole> roles) {
+  return r && std::find(roles.begin(), roles.end(), *r) != roles.end();
+}
+
+/// The force-f16 list (FORMAT-NOTES §1.9): the router, the shared-expert gate and the attention
+/// output gate (their weights), the GatedDeltaNet a/b projections, and two patterns — any conv1d
+/// weight and any name holding "norm".
+bool force_f16_name(std::string_view n) {
+  const Under u = under(n);
+  if (u.tail == "weight" &&
+      any_of_roles(u.module, {TensorRole::Router, TensorRole::SharedExpertGate, TensorRole::AttnGate}))
+    return true;
+  return any_of_roles(u.module, {TensorRole::GdnInProjA, TensorRole::GdnInProjB, TensorRole::GdnInProjBa}) ||
+         ends_with(n, "conv1d.weight") || contains(n, "norm");
+}
+
+/// The q2tp profile's targets: the gate and up projections of the experts and the shared expert
+/// (MoE) or of the dense FFN, outside the MTP block.
 bool is_q2tp_target(std::string_view n, bool moe) {
-  if (n.rfind("model.mtp.", 0) == 0) return false;
-  const bool gate_up = contains(n, "gate_proj.") || contains(n, "up_proj.");
-  if (!gate_up) return false;
-  if (moe) return contains(n, ".mlp.experts.") || contains(n, ".mlp.shared_expert.");
-  return contains(n, ".mlp.gate_proj.") || contains(n, ".mlp.up_proj.");
+  if (n.starts_with(cmf::kMtpPrefix)) return false;
+  const Under u = under(n);
+  if (moe)
+    return any_of_roles(u.module, {TensorRole::ExpertGate, TensorRole::ExpertUp, TensorRole::SharedGate,
+                                   TensorRole::SharedUp});
+  return any_of_roles(u.module, {TensorRole::FfnGate, TensorRole::FfnUp});
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 //      otherwise the base `--quant` choice (with the q2tp profile, see below);
 //   3. (base choice only) the force-f16 list — MoE router `mlp.gate.weight`,
 //      `shared_expert_gate.weight`, `self_attn.g_proj.weight`, `*conv1d.weight`, GDN
-//      `linear_attn.in_proj_a/in_proj_b`, and every name containing "norm" — gets f16;
+//      `linear_attn.in_proj_a/in_proj_b` (and a fused `in_proj_ba`), and every name containing
+//      "norm" — gets f16;
 //   4. a quantized codec on a tensor that is not 2-D or has < 32 elements → f16 (f32 when the
 //      base choice is f32);
 //   5. codecs needing `in % 32 == 0` (q4_tiled, q4tp, q2tp, vbit_ro, q1, q1s, q1t; q1t also
@@ -16,6 +17,9 @@
 // Float base choices (f32/f16/bf16) store every tensor in that dtype.
 // `--quant q2tp` is a profile: MoE expert and shared-expert gate_proj/up_proj get q2tp, on a dense
 // model the dense FFN gate_proj/up_proj do; everything else gets q4tp; the MTP block never q2tp.
+// Names are read through cmf/tensor_names (roles, their modules, the MTP block); a skill overlay
+// (`skill.{id}.{name}`) is decided by the tensor it overlays, except that only a name starting
+// with the MTP block's prefix is excluded from q2tp.
 #pragma once
 
 #include <cstdint>

@@ -3,15 +3,19 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 #include <tuple>
 
+#include "cmf/tensor_names.h"
 #include "util/error.h"
 
 namespace cortiq::convert {
 
 namespace {
+
+using cmf::TensorName;
+using cmf::TensorPlace;
+using cmf::TensorRole;
 
 bool starts_with(const std::string& s, std::string_view p) {
   return s.rfind(p, 0) == 0;
@@ -19,78 +23,59 @@ bool starts_with(const std::string& s, std::string_view p) {
 bool ends_with(const std::string& s, std::string_view p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
-bool contains(const std::string& s, std::string_view p) {
-  return s.find(p) != std::string::npos;
+
+/// `tensor_module(n) + "." + tail`: another parameter of the module of `n`.
+std::string in_module(const TensorName& n, std::string_view tail) {
+  return cmf::tensor_module(n) + "." + std::string(tail);
 }
 
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
-}
+/// Write order inside one decoder layer (of the trunk or the MTP block), by the role whose module
+/// a name is under: attention → norms → FFN with MoE experts role-contiguous (spec §2.2); a
+/// name under no listed module comes after them all.
+constexpr TensorRole kLayerOrder[] = {
+    TensorRole::InputNorm,   TensorRole::Q,          TensorRole::K,          TensorRole::V,
+    TensorRole::QNorm,       TensorRole::KNorm,      TensorRole::O,          TensorRole::PostAttnNorm,
+    TensorRole::PreFfnNorm,  TensorRole::Router,     TensorRole::FfnGate,    TensorRole::FfnUp,
+    TensorRole::FfnDown,     TensorRole::ExpertGate, TensorRole::ExpertUp,   TensorRole::ExpertDown,
+    TensorRole::SharedGate,  TensorRole::SharedUp,   TensorRole::SharedDown, TensorRole::SharedExpertGate,
+    TensorRole::PostFfnNorm,
+};
 
-// Parses the integer after `prefix` in `s` ("model.layers.12.x" with prefix "model.layers." → 12).
-long index_after(const std::string& s, std::string_view prefix) {
-  size_t p = s.find(prefix);
-  if (p == std::string::npos) return -1;
-  p += prefix.size();
-  size_t e = p;
-  while (e < s.size() && s[e] >= '0' && s[e] <= '9') ++e;
-  if (e == p) return -1;
-  return std::strtol(s.substr(p, e - p).c_str(), nullptr, 10);
-}
-
-// Write-order rank of a name inside one decoder layer.
-int layer_role(const std::string& n) {
-  static const char* kRoles[] = {"input_layernorm",
-                                 "self_attn.q_proj",
-                                 "self_attn.k_proj",
-                                 "self_attn.v_proj",
-                                 "self_attn.q_norm",
-                                 "self_attn.k_norm",
-                                 "self_attn.o_proj",
-                                 "post_attention_layernorm",
-                                 "pre_feedforward_layernorm",
-                                 "mlp.gate.",
-                                 "mlp.gate_proj",
-                                 "mlp.up_proj",
-                                 "mlp.down_proj",
-                                 "mlp.experts.*gate_proj",
-                                 "mlp.experts.*up_proj",
-                                 "mlp.experts.*down_proj",
-                                 "mlp.shared_expert.gate_proj",
-                                 "mlp.shared_expert.up_proj",
-                                 "mlp.shared_expert.down_proj",
-                                 "mlp.shared_expert_gate",
-                                 "post_feedforward_layernorm"};
+int layer_rank(const TensorPlace& p) {
   int r = 0;
-  for (const char* role : kRoles) {
-    std::string_view rv(role);
-    const size_t star = rv.find('*');
-    if (star == std::string_view::npos) {
-      if (contains(n, rv)) return r;
-    } else if (contains(n, rv.substr(0, star)) && contains(n, rv.substr(star + 1))) {
-      return r;
-    }
+  for (TensorRole role : kLayerOrder) {
+    if (p.module == role) return r;
     ++r;
   }
   return r;
 }
 
+long index_or_minus_one(const std::optional<uint32_t>& i) {
+  return i ? static_cast<long>(*i) : -1;
+}
+
 using Key = std::tuple<int, long, int, long, std::string>;
 
+/// embed → trunk layers by index → final norm → head → MTP block (its own tensors by name, then its
+/// layers) → anything else by name.
 Key order_key(const std::string& n) {
-  if (n == "model.embed_tokens.weight") return {0, 0, 0, 0, n};
-  if (starts_with(n, "model.layers.")) {
-    return {1, index_after(n, "model.layers."), layer_role(n), index_after(n, ".experts."), n};
-  }
-  if (starts_with(n, "model.norm.")) return {2, 0, 0, 0, n};
-  if (starts_with(n, "lm_head.")) return {3, 0, 0, 0, n};
-  if (starts_with(n, "model.mtp.")) {
-    const long li = index_after(n, "model.mtp.layers.");
-    return {4, li, li >= 0 ? layer_role(n) : 0, index_after(n, ".experts."), n};
-  }
+  const TensorPlace p = cmf::tensor_place(n);
+  const long expert = index_or_minus_one(p.expert);
+  if (p.module == TensorRole::Embed && p.tail == "weight") return {0, 0, 0, 0, n};
+  if (p.layer && !p.mtp) return {1, *p.layer, layer_rank(p), expert, n};
+  if (p.module == TensorRole::FinalNorm) return {2, 0, 0, 0, n};
+  if (p.module == TensorRole::Head) return {3, 0, 0, 0, n};
+  if (p.mtp) return {4, index_or_minus_one(p.layer), p.layer ? layer_rank(p) : 0, expert, n};
   return {5, 0, 0, 0, n};
 }
+
+/// Qwen3-Next's names of the MTP block's own tensors (`mtp.fc.*`, …, under kMtpPrefix once the
+/// prefix is canonical) and the roles CMF names them by (FORMAT-NOTES §1.5, CLI-NOTES convert).
+constexpr std::pair<std::string_view, TensorRole> kMtpSourceModules[] = {
+    {"fc", TensorRole::MtpEhProj},
+    {"pre_fc_norm_embedding", TensorRole::MtpEnorm},
+    {"pre_fc_norm_hidden", TensorRole::MtpHnorm},
+};
 
 StTensor row_slice(const StTensor& t, uint64_t row_begin, uint64_t rows) {
   StTensor v = t;
@@ -110,21 +95,28 @@ bool write_order_less(const std::string& a, const std::string& b) {
 
 std::string canonical_name(const std::string& source) {
   std::string n = source;
-  for (std::string_view drop : {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
-                                "model.multi_modal_projector.", "vision_model.", "model.vision_model."})
-    if (starts_with(n, drop)) return "";
+  const std::string base(cmf::kBaseModelPrefix), head = cmf::tensor_module({TensorRole::Head}) + ".";
+  // the towers of multimodal checkpoints, at the top or in the base model
+  for (std::string_view tower : {"vision_tower.", "multi_modal_projector.", "vision_model."})
+    if (starts_with(n, tower) || starts_with(n, base + std::string(tower))) return "";
   if (ends_with(n, "rotary_emb.inv_freq")) return "";
-  if (starts_with(n, "language_model.model."))
-    n = "model." + n.substr(21);
-  else if (starts_with(n, "language_model.lm_head."))
-    n = n.substr(15);
-  else if (starts_with(n, "model.language_model."))
-    n = "model." + n.substr(21);
-  if (starts_with(n, "mtp.")) n = "model." + n;
-  if (starts_with(n, "model.mtp.")) {
-    replace_all(n, "model.mtp.fc.", "model.mtp.eh_proj.");
-    replace_all(n, "model.mtp.pre_fc_norm_embedding.", "model.mtp.enorm.");
-    replace_all(n, "model.mtp.pre_fc_norm_hidden.", "model.mtp.hnorm.");
+  // multimodal wrappers around the text model: `language_model.` + a canonical name (the base
+  // model's or the head's), or the base model's `language_model.` (newer transformers)
+  constexpr std::string_view kWrapper = "language_model.";
+  const std::string wrapped_base = base + std::string(kWrapper);
+  if (starts_with(n, kWrapper) && (n.compare(kWrapper.size(), base.size(), base) == 0 ||
+                                   n.compare(kWrapper.size(), head.size(), head) == 0))
+    n = n.substr(kWrapper.size());
+  else if (starts_with(n, wrapped_base))
+    n = base + n.substr(wrapped_base.size());
+  // the MTP block outside the base model (`mtp.*`) moves in, and its own tensors take CMF's names
+  const std::string_view mtp_outside = cmf::kMtpPrefix.substr(base.size());
+  if (starts_with(n, mtp_outside)) n = base + n;
+  if (starts_with(n, cmf::kMtpPrefix)) {
+    for (const auto& [src, role] : kMtpSourceModules) {
+      const std::string from = std::string(cmf::kMtpPrefix) + std::string(src) + ".";
+      if (starts_with(n, from)) n = cmf::tensor_module({role}) + "." + n.substr(from.size());
+    }
   }
   return n;
 }
@@ -147,47 +139,51 @@ TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch) {
     t.origin = origin;
     m.tensors.push_back(std::move(t));
   };
+  const std::string head_name = cmf::tensor_name(TensorRole::Head),
+                    embed_name = cmf::tensor_name(TensorRole::Embed);
   for (const StTensor* t : ckpt.tensors()) {
     std::string n = canonical_name(t->name);
     if (n.empty()) {
       m.dropped.push_back(t->name);
       continue;
     }
-    if (starts_with(n, "model.mtp.")) {
+    const TensorPlace p = cmf::tensor_place(n);
+    if (p.mtp) {
       m.has_mtp = true;
-      const long li = index_after(n, "model.mtp.layers.");
-      if (li >= 0) mtp_layers.insert(li);
+      if (p.layer) mtp_layers.insert(*p.layer);
     }
-    if (n == "lm_head.weight" && arch.tie_word_embeddings) {
+    if (n == head_name && arch.tie_word_embeddings) {
       m.dropped.push_back(t->name);
       continue;
     }
-    if (ends_with(n, "self_attn.o_proj.bias") || (contains(n, "mlp.") && contains(n, "_proj.bias")))
+    const auto role = p.module;
+    // the FFN projections are the roles with a neuron axis (gate/up/down, dense, expert, shared)
+    const bool mlp_role =
+        role && (cmf::neuron_axis(*role) != cmf::NeuronAxis::None || role == TensorRole::FusedGateUp);
+    if (p.tail == "bias" && (role == TensorRole::O || mlp_role))
       fail(ErrorKind::Unsupported,
            "tensor '{}': biases on o_proj / MLP projections are not supported by the runtime", t->name);
-    if (contains(n, ".mlp.experts.") && index_after(n, ".mlp.experts.") < 0)
+    if (p.in_experts && !p.expert)
       fail(ErrorKind::Unsupported,
-           "tensor '{}': packed (3-D) expert banks are not supported; expected per-expert "
-           "'mlp.experts.{{e}}.*_proj.weight'",
-           t->name);
-    if (ends_with(n, "self_attn.qkv_proj.weight") || ends_with(n, "self_attn.qkv_proj.bias")) {
+           "tensor '{}': packed (3-D) expert banks are not supported; expected per-expert '{}'", t->name,
+           cmf::tensor_name(TensorRole::ExpertGate, p.layer.value_or(0), 0));
+    // the tensor of role `r` in the layer (of the trunk or the MTP block) `n` is in
+    auto sibling = [&](TensorRole r) { return TensorName{r, p.layer.value_or(0), 0, p.mtp}; };
+    if (role == TensorRole::FusedQkv && (p.tail == "weight" || p.tail == "bias")) {
       if (t->shape.empty() || t->shape[0] != q_rows + 2 * kv_rows)
         fail(ErrorKind::Parse, "tensor '{}': fused qkv has {} rows, the arch needs {} (q) + 2·{} (k, v)",
              t->name, t->shape.empty() ? 0 : t->shape[0], q_rows, kv_rows);
-      const std::string base = n.substr(0, n.find("qkv_proj"));
-      const std::string tail = n.substr(n.find("qkv_proj") + 8);
-      add(base + "q_proj" + tail, row_slice(*t, 0, q_rows), t);
-      add(base + "k_proj" + tail, row_slice(*t, q_rows, kv_rows), t);
-      add(base + "v_proj" + tail, row_slice(*t, q_rows + kv_rows, kv_rows), t);
+      add(in_module(sibling(TensorRole::Q), p.tail), row_slice(*t, 0, q_rows), t);
+      add(in_module(sibling(TensorRole::K), p.tail), row_slice(*t, q_rows, kv_rows), t);
+      add(in_module(sibling(TensorRole::V), p.tail), row_slice(*t, q_rows + kv_rows, kv_rows), t);
       continue;
     }
-    if (ends_with(n, "mlp.gate_up_proj.weight")) {
+    if (role == TensorRole::FusedGateUp && p.tail == "weight") {
       if (t->shape.size() != 2 || t->shape[0] % 2 != 0)
         fail(ErrorKind::Parse, "tensor '{}': fused gate_up must be 2-D with an even number of rows", t->name);
       const uint64_t inter = t->shape[0] / 2;
-      const std::string base = n.substr(0, n.find("gate_up_proj"));
-      add(base + "gate_proj.weight", row_slice(*t, 0, inter), t);
-      add(base + "up_proj.weight", row_slice(*t, inter, inter), t);
+      add(cmf::tensor_name(sibling(TensorRole::FfnGate)), row_slice(*t, 0, inter), t);
+      add(cmf::tensor_name(sibling(TensorRole::FfnUp)), row_slice(*t, inter, inter), t);
       continue;
     }
     add(n, *t, t);
@@ -197,14 +193,14 @@ TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch) {
   // fails to load, or one that carries dead layers).
   std::vector<const MappedTensor*> first_of_layer(arch.num_layers, nullptr);
   for (const auto& t : m.tensors) {
-    if (!starts_with(t.name, "model.layers.")) continue;
-    const long li = index_after(t.name, "model.layers.");
-    if (li < 0) continue;
-    if (static_cast<uint64_t>(li) >= arch.num_layers)
+    const TensorPlace p = cmf::tensor_place(t.name);
+    if (!p.layer || p.mtp) continue;
+    const uint32_t li = *p.layer;
+    if (li >= arch.num_layers)
       fail(ErrorKind::Parse,
            "tensor '{}' belongs to layer {}, but config.json says num_hidden_layers = {} (layers 0..{})",
            t.origin ? t.origin->name : t.name, li, arch.num_layers, arch.num_layers - 1);
-    if (!first_of_layer[static_cast<size_t>(li)]) first_of_layer[static_cast<size_t>(li)] = &t;
+    if (!first_of_layer[li]) first_of_layer[li] = &t;
   }
   for (size_t l = 0; l < first_of_layer.size(); ++l)
     if (!first_of_layer[l])
@@ -215,16 +211,15 @@ TensorMapping map_tensors(const Checkpoint& ckpt, const cmf::ModelArch& arch) {
   const MappedTensor* embed = nullptr;
   bool has_head = false;
   for (const auto& t : m.tensors) {
-    if (t.name == "model.embed_tokens.weight") embed = &t;
-    if (t.name == "lm_head.weight") has_head = true;
+    if (t.name == embed_name) embed = &t;
+    if (t.name == head_name) has_head = true;
   }
-  if (!embed) fail(ErrorKind::Parse, "checkpoint has no 'model.embed_tokens.weight'");
+  if (!embed) fail(ErrorKind::Parse, "checkpoint has no '{}'", embed_name);
   if (embed->shape.size() != 2 || embed->shape[0] != arch.vocab_size || embed->shape[1] != arch.hidden_size)
-    fail(ErrorKind::Parse,
-         "tensor 'model.embed_tokens.weight' has shape [{}], config says [vocab_size {}, hidden_size {}]",
-         fmt::join(embed->shape, ", "), arch.vocab_size, arch.hidden_size);
+    fail(ErrorKind::Parse, "tensor '{}' has shape [{}], config says [vocab_size {}, hidden_size {}]",
+         embed_name, fmt::join(embed->shape, ", "), arch.vocab_size, arch.hidden_size);
   if (!arch.tie_word_embeddings && !has_head)
-    fail(ErrorKind::Parse, "checkpoint has no 'lm_head.weight' and tie_word_embeddings is false");
+    fail(ErrorKind::Parse, "checkpoint has no '{}' and tie_word_embeddings is false", head_name);
   m.mtp_layers = m.has_mtp ? std::max<uint32_t>(1, static_cast<uint32_t>(mtp_layers.size())) : 0;
   std::stable_sort(m.tensors.begin(), m.tensors.end(), [](const MappedTensor& a, const MappedTensor& b) {
     return write_order_less(a.name, b.name);

@@ -3,6 +3,7 @@
 // write order (embed → layers by index, inside a layer attention → norms → FFN with MoE experts
 // role-contiguous (all gate_proj, then all up_proj, then all down_proj; spec §2.2) → final norm →
 // lm_head → MTP block → anything else by name).
+// Canonical names and the roles that order them come from cmf/tensor_names.
 #pragma once
 
 #include <cstdint>
