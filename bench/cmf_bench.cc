@@ -12,6 +12,7 @@
 #include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "cmf/writer.h"
+#include "support/cmf_header.h"
 
 namespace {
 using namespace cortiq::cmf;
@@ -22,19 +23,7 @@ std::string bench_dir() {
 }
 
 Header bench_header() {
-  Header h;
-  h.arch.arch_name = "bench";
-  h.arch.hidden_size = 1024;
-  h.arch.intermediate_size = 4096;
-  h.arch.num_layers = 1;
-  h.arch.num_attention_heads = 8;
-  h.arch.num_kv_heads = 8;
-  h.arch.head_dim = 128;
-  h.arch.vocab_size = 1000;
-  h.arch.layer_types = {LayerType::FullAttention};
-  h.arch.max_position_embeddings = 4096;
-  h.quant_type = QuantType::F32;
-  return h;
+  return cortiq::test::tiny_header("bench", 1024, 4096, 1, 8, 8, 128, 1000, 4096);
 }
 
 const std::string& big_file() {

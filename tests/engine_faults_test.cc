@@ -11,15 +11,19 @@
 #include <string>
 #include <vector>
 
-#include "runtime/session.h"
 #include "runtime/engine.h"
+#include "runtime/session.h"
 #include "shell.h"
+#include "support/engine_jobs.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
 using cortiq::runtime::Job;
 using cortiq::runtime::StepItem;
+using cortiq::test::Collected;
+using cortiq::test::make_job;
+using cortiq::test::wait_done;
 
 namespace {
 
@@ -49,41 +53,6 @@ class EngineFaults : public ::testing::Test {
   static inline fs::path dir_;
   static inline std::string model_;
 };
-
-struct Result {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string text, finish, error;
-  std::vector<uint32_t> ids;  // from the logprobs entries (top_logprobs >= 0)
-  bool done = false;
-};
-
-std::shared_ptr<Job> make_job(const cortiq::runtime::LoadedModel& lm, const std::string& prompt, size_t n,
-                              const std::shared_ptr<Result>& r) {
-  auto j = std::make_shared<Job>();
-  j->prompt = lm.encode_raw(prompt);
-  j->sampler = cortiq::runtime::SamplerParams::greedy();
-  j->max_tokens = n;
-  j->top_logprobs = 0;
-  j->on_text = [r](std::string_view t, std::vector<cortiq::runtime::TokenLogprob>&& lps) {
-    std::lock_guard<std::mutex> g(r->mu);
-    r->text += t;
-    for (const auto& lp : lps) r->ids.push_back(lp.id);
-  };
-  j->on_done = [r](const std::string& f, size_t, const std::string& e) {
-    std::lock_guard<std::mutex> g(r->mu);
-    r->finish = f;
-    r->error = e;
-    r->done = true;
-    r->cv.notify_all();
-  };
-  return j;
-}
-
-void wait(Result& r) {
-  std::unique_lock<std::mutex> lk(r.mu);
-  ASSERT_TRUE(r.cv.wait_for(lk, std::chrono::seconds(60), [&] { return r.done; }));
-}
 
 // Throws for the sequence whose prompt is `poison` once its cache holds `at` positions (mid-way
 // through its generation), in the batched step and when run alone.
@@ -122,13 +91,13 @@ TEST_F(EngineFaults, AFailingSequenceEndsAloneAndTheOthersAreUnchanged) {
   }
   const auto poison = lm.encode_raw(prompts[1]);
   cortiq::runtime::Engine eng(lm, {3, 0},
-                             std::make_unique<PoisonBackend>(*lm.model, poison, poison.size() + 5));
-  std::vector<std::shared_ptr<Result>> got;
+                              std::make_unique<PoisonBackend>(*lm.model, poison, poison.size() + 5));
+  std::vector<std::shared_ptr<Collected>> got;
   for (const auto& p : prompts) {
-    got.push_back(std::make_shared<Result>());
-    ASSERT_TRUE(eng.submit(make_job(lm, p, 30, got.back())));
+    got.push_back(std::make_shared<Collected>());
+    ASSERT_TRUE(eng.submit(make_job(lm, p, 30, got.back(), 0)));
   }
-  for (auto& r : got) wait(*r);
+  for (auto& r : got) wait_done(*r);
   EXPECT_EQ(got[0]->text, want[0]);
   EXPECT_EQ(got[0]->finish, "length");
   EXPECT_EQ(got[2]->text, want[2]);
@@ -139,9 +108,9 @@ TEST_F(EngineFaults, AFailingSequenceEndsAloneAndTheOthersAreUnchanged) {
       << "what it sent before is its greedy text";
 
   // The engine keeps serving.
-  auto again = std::make_shared<Result>();
-  ASSERT_TRUE(eng.submit(make_job(lm, prompts[0], 30, again)));
-  wait(*again);
+  auto again = std::make_shared<Collected>();
+  ASSERT_TRUE(eng.submit(make_job(lm, prompts[0], 30, again, 0)));
+  wait_done(*again);
   EXPECT_EQ(again->text, want[0]);
 }
 
@@ -155,8 +124,8 @@ TEST_F(EngineFaults, ByteFallbackRewriteCompletesWithTheWholeDecode) {
   cortiq::runtime::Engine eng(lm, {2, 0});
   size_t fffd = 0;
   for (uint64_t seed : {2u, 3u, 4u, 5u}) {
-    auto r = std::make_shared<Result>();
-    auto j = make_job(lm, "Once upon a time", 40, r);
+    auto r = std::make_shared<Collected>();
+    auto j = make_job(lm, "Once upon a time", 40, r, 0);
     j->sampler.temperature = 1.5f;
     j->sampler.top_k = 0;
     j->sampler.top_p = 1.0f;
@@ -164,7 +133,7 @@ TEST_F(EngineFaults, ByteFallbackRewriteCompletesWithTheWholeDecode) {
     j->sampler.seed = seed;
     j->logit_bias = {{68, 100.0f}, {166, 100.0f}, {265, 80.0f}};
     ASSERT_TRUE(eng.submit(j));
-    wait(*r);
+    wait_done(*r);
     EXPECT_EQ(r->finish, "length") << r->error;
     ASSERT_EQ(r->ids.size(), 40u);
     std::vector<uint32_t> all = j->prompt;
@@ -197,8 +166,8 @@ class TiedBackend : public cortiq::runtime::StepBackend {
 TEST_F(EngineFaults, TiedLogitsListTheChosenTokenFirst) {
   auto lm = cortiq::runtime::load_model(model_, {});
   cortiq::runtime::Engine eng(lm, {1, 0}, std::make_unique<TiedBackend>());
-  auto r = std::make_shared<Result>();
-  auto j = make_job(lm, "Once upon a time", 3, r);
+  auto r = std::make_shared<Collected>();
+  auto j = make_job(lm, "Once upon a time", 3, r, 0);
   j->top_logprobs = 4;
   std::vector<std::vector<uint32_t>> tops;
   std::vector<uint32_t> chosen;
@@ -211,7 +180,7 @@ TEST_F(EngineFaults, TiedLogitsListTheChosenTokenFirst) {
     }
   };
   ASSERT_TRUE(eng.submit(j));
-  wait(*r);
+  wait_done(*r);
   ASSERT_EQ(chosen.size(), 3u);
   for (size_t i = 0; i < chosen.size(); ++i) {
     ASSERT_EQ(tops[i].size(), 4u);

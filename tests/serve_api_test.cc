@@ -24,11 +24,12 @@
 #include <string>
 #include <thread>
 
+#include "runtime/engine.h"
 #include "runtime/session.h"
 #include "server/api.h"
-#include "runtime/engine.h"
 #include "server/server.h"
 #include "shell.h"
+#include "support/engine_jobs.h"
 #include "tokenizer/jinja/jinja.h"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,10 @@ using nlohmann::json;
 
 namespace {
 
+using cortiq::test::Collected;
+using cortiq::test::make_job;
 using cortiq::test::sh;
+using cortiq::test::wait_done;
 
 // A tiny chat template (the stories tokenizer has none) that also renders the tools and tool calls.
 const char* kTemplate =
@@ -217,42 +221,6 @@ class GateBackend : public cortiq::runtime::StepBackend {
   cortiq::runtime::BatchedBackend inner_;  // the default backend: one forward_batch per step
   bool hold_;
 };
-
-struct Collected {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string text, finish;
-  std::vector<std::string> pieces;  // the text of each on_text call
-  size_t tokens = 0;
-  bool done = false;
-};
-
-std::shared_ptr<cortiq::runtime::Job> make_job(const cortiq::runtime::LoadedModel& lm,
-                                              const std::string& prompt, size_t n,
-                                              std::shared_ptr<Collected> c) {
-  auto j = std::make_shared<cortiq::runtime::Job>();
-  j->prompt = lm.encode_raw(prompt);
-  j->sampler = cortiq::runtime::SamplerParams::greedy();
-  j->max_tokens = n;
-  j->on_text = [c](std::string_view t, std::vector<cortiq::runtime::TokenLogprob>&&) {
-    std::lock_guard<std::mutex> g(c->mu);
-    c->text += t;
-    c->pieces.emplace_back(t);
-  };
-  j->on_done = [c](const std::string& f, size_t k, const std::string&) {
-    std::lock_guard<std::mutex> g(c->mu);
-    c->finish = f;
-    c->tokens = k;
-    c->done = true;
-    c->cv.notify_all();
-  };
-  return j;
-}
-
-void wait_done(Collected& c) {
-  std::unique_lock<std::mutex> lk(c.mu);
-  ASSERT_TRUE(c.cv.wait_for(lk, std::chrono::seconds(60), [&] { return c.done; }));
-}
 
 TEST_F(ServeE2E, EngineConcurrentGreedyEqualsSession) {
   if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <span>
 #include <vector>
 
@@ -14,6 +13,8 @@
 #include "cmf/reader.h"
 #include "cmf/writer.h"
 #include "quant/codec.h"
+#include "support/cmf_header.h"
+#include "support/fuzz_seeds.h"
 #include "util/error.h"
 
 namespace {
@@ -22,24 +23,12 @@ using namespace cortiq;
 using namespace cortiq::cmf;
 
 Header seed_header() {
-  Header h;
-  h.arch.arch_name = "fuzz";
-  h.arch.hidden_size = 32;
-  h.arch.intermediate_size = 40;
-  h.arch.num_layers = 2;
-  h.arch.num_attention_heads = 2;
-  h.arch.num_kv_heads = 1;
-  h.arch.head_dim = 16;
-  h.arch.vocab_size = 8;
+  Header h = test::tiny_header("fuzz", 32, 40, 2, 2, 1, 16, 8, 64, QuantType::Q8Row);
   h.arch.layer_types = {LayerType::FullAttention, LayerType::LinearAttention};
-  h.arch.rms_norm_eps = 1e-6;
-  h.arch.max_position_embeddings = 64;
-  h.quant_type = QuantType::Q8Row;
   return h;
 }
 
 void write_seeds(const std::string& dir) {
-  std::filesystem::create_directories(dir);
   const quant::DType dts[] = {quant::DType::F32,    quant::DType::F16,     quant::DType::BF16,
                               quant::DType::Q8Row,  quant::DType::Q4Block, quant::DType::Q8_2F,
                               quant::DType::VBitRo, quant::DType::Q4Tiled, quant::DType::Q1,
@@ -69,10 +58,7 @@ void write_seeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* d = std::getenv("CMF_FUZZ_WRITE_SEEDS")) {
-    write_seeds(d);
-    std::exit(0);
-  }
+  test::write_seeds_if_asked(write_seeds);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "cmf/reader.h"
 #include "cmf/signature.h"
 #include "cmf/writer.h"
+#include "support/cmf_header.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -44,19 +45,7 @@ std::vector<uint8_t> read_all(const std::string& p) {
 }
 
 Header small_header(uint32_t layers = 2, uint32_t inter = 20, uint32_t heads = 3) {
-  Header h;
-  h.arch.arch_name = "test";
-  h.arch.hidden_size = 8;
-  h.arch.intermediate_size = inter;
-  h.arch.num_layers = layers;
-  h.arch.num_attention_heads = heads;
-  h.arch.num_kv_heads = 1;
-  h.arch.head_dim = 4;
-  h.arch.vocab_size = 16;
-  h.arch.layer_types.assign(layers, LayerType::FullAttention);
-  h.arch.rms_norm_eps = 1e-6;
-  h.arch.max_position_embeddings = 128;
-  h.quant_type = QuantType::F32;
+  Header h = test::tiny_header("test", 8, inter, layers, heads, 1, 4, 16, 128);
   h.provenance = {{"tool", "cmf_test"}};
   return h;
 }

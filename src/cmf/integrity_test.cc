@@ -12,6 +12,8 @@
 #include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "cmf/writer.h"
+#include "support/cmf_header.h"
+#include "support/errors.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -22,20 +24,7 @@ using quant::DType;
 
 /// A small file with every optional section but the index: 2 tensors, 2 masks, a vocab.
 std::vector<uint8_t> file_with_sections() {
-  Header h;
-  h.arch.arch_name = "test";
-  h.arch.hidden_size = 8;
-  h.arch.intermediate_size = 20;
-  h.arch.num_layers = 2;
-  h.arch.num_attention_heads = 3;
-  h.arch.num_kv_heads = 1;
-  h.arch.head_dim = 4;
-  h.arch.vocab_size = 16;
-  h.arch.layer_types.assign(2, LayerType::FullAttention);
-  h.arch.rms_norm_eps = 1e-6;
-  h.arch.rope_theta = 10000.0;
-  h.arch.max_position_embeddings = 128;
-  h.quant_type = QuantType::F32;
+  const Header h = test::tiny_header("test", 8, 20, 2, 3, 1, 4, 16, 128);
   MaskCatalog c;
   c.default_task = "general";
   c.masks.push_back(make_full_mask(h.arch, "general", 0));
@@ -59,12 +48,7 @@ std::vector<uint8_t> file_with_sections() {
 /// The Error check_sections throws on `b` (which must open), or kind Unsupported = "none".
 Error check_error(const std::vector<uint8_t>& b) {
   const Reader r = Reader::open_memory(b);  // the edits below keep the file openable
-  try {
-    r.check_sections();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorKind::Unsupported, "no error");
+  return test::error_of([&] { r.check_sections(); }).value_or(Error(ErrorKind::Unsupported, "no error"));
 }
 
 TEST(CheckSections, UnmodifiedFilePasses) {

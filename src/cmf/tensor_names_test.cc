@@ -70,40 +70,41 @@ TEST(TensorNames, MtpLayerNamesAndModules) {
 }
 
 TEST(TensorNames, PlaceOfNamesRolesDoNotSpellWhole) {
-  TensorPlace p = tensor_place("model.layers.3.self_attn.o_proj.bias");
-  EXPECT_FALSE(p.mtp);
-  EXPECT_EQ(p.layer, 3u);
-  EXPECT_EQ(p.module, TensorRole::O);
-  EXPECT_EQ(p.tail, "bias");
-  p = tensor_place("model.mtp.layers.0.mlp.experts.7.up_proj.weight");
-  EXPECT_TRUE(p.mtp);
-  EXPECT_EQ(p.layer, 0u);
-  EXPECT_TRUE(p.in_experts);
-  EXPECT_EQ(p.expert, 7u);
-  EXPECT_EQ(p.module, TensorRole::ExpertUp);
-  EXPECT_EQ(p.tail, "weight");
-  p = tensor_place("model.mtp.eh_proj.weight");
-  EXPECT_TRUE(p.mtp);
-  EXPECT_FALSE(p.layer);
-  EXPECT_EQ(p.module, TensorRole::MtpEhProj);
-  // a packed expert bank: under the experts, of no expert and no role
-  p = tensor_place("model.layers.2.mlp.experts.gate_up_proj");
-  EXPECT_TRUE(p.in_experts);
-  EXPECT_FALSE(p.expert);
-  EXPECT_FALSE(p.module);
-  p = tensor_place("model.layers.2.mlp.gate.e_score_correction_bias");
-  EXPECT_EQ(p.module, TensorRole::Router);
-  EXPECT_EQ(p.tail, "e_score_correction_bias");
-  EXPECT_EQ(tensor_place("model.layers.2.mlp.gate_proj.weight").module, TensorRole::FfnGate);
-  EXPECT_EQ(tensor_place("model.norm.weight").module, TensorRole::FinalNorm);
-  p = tensor_place("model.layers.2.linear_attn.A_log");
-  EXPECT_EQ(p.layer, 2u);
-  EXPECT_FALSE(p.module);
-  for (const char* n :
-       {"lm_head", "model.normx.weight", "model.layers.01.mlp.up_proj.weight", "x.lm_head.weight"}) {
-    p = tensor_place(n);
-    EXPECT_FALSE(p.module) << n;
-    EXPECT_FALSE(p.layer) << n;
+  using R = TensorRole;
+  constexpr auto none = std::nullopt;
+  struct Case {
+    const char* name;
+    bool mtp;
+    std::optional<uint32_t> layer;
+    bool in_experts;
+    std::optional<uint32_t> expert;
+    std::optional<TensorRole> module;
+    const char* tail;
+  };
+  const Case cases[] = {
+      {"model.layers.3.self_attn.o_proj.bias", false, 3, false, none, R::O, "bias"},
+      {"model.mtp.layers.0.mlp.experts.7.up_proj.weight", true, 0, true, 7, R::ExpertUp, "weight"},
+      {"model.mtp.eh_proj.weight", true, none, false, none, R::MtpEhProj, "weight"},
+      // a packed expert bank: under the experts, of no expert and no role
+      {"model.layers.2.mlp.experts.gate_up_proj", false, 2, true, none, none, ""},
+      {"model.layers.2.mlp.gate.e_score_correction_bias", false, 2, false, none, R::Router,
+       "e_score_correction_bias"},
+      {"model.layers.2.mlp.gate_proj.weight", false, 2, false, none, R::FfnGate, "weight"},
+      {"model.norm.weight", false, none, false, none, R::FinalNorm, "weight"},
+      {"model.layers.2.linear_attn.A_log", false, 2, false, none, none, ""},
+      {"lm_head", false, none, false, none, none, ""},
+      {"model.normx.weight", false, none, false, none, none, ""},
+      {"model.layers.01.mlp.up_proj.weight", false, none, false, none, none, ""},
+      {"x.lm_head.weight", false, none, false, none, none, ""},
+  };
+  for (const Case& c : cases) {
+    const TensorPlace p = tensor_place(c.name);
+    EXPECT_EQ(p.mtp, c.mtp) << c.name;
+    EXPECT_EQ(p.layer, c.layer) << c.name;
+    EXPECT_EQ(p.in_experts, c.in_experts) << c.name;
+    EXPECT_EQ(p.expert, c.expert) << c.name;
+    EXPECT_EQ(p.module, c.module) << c.name;
+    EXPECT_EQ(p.tail, c.tail) << c.name;
   }
 }
 

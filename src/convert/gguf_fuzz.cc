@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "convert/gguf.h"
+#include "support/fuzz_seeds.h"
 #include "util/error.h"
 
 namespace {
@@ -124,7 +125,6 @@ std::vector<uint8_t> seed(uint32_t alignment, const std::vector<SeedTensor>& ten
 }
 
 void write_seeds(const std::string& dir) {
-  std::filesystem::create_directories(dir);
   const std::vector<SeedTensor> quants = {
       {"token_embd.weight", GgmlType::F32, {32, 2}}, {"blk.0.attn_q.weight", GgmlType::F16, {32, 2}},
       {"blk.0.attn_k.weight", GgmlType::BF16, {32}}, {"blk.0.attn_v.weight", GgmlType::Q4_0, {32, 2}},
@@ -136,9 +136,7 @@ void write_seeds(const std::string& dir) {
   };
   int k = 0;
   for (const auto& [align, ts] : {std::pair{32u, quants}, std::pair{64u, kquants}, std::pair{32u, kquants}}) {
-    const std::vector<uint8_t> bytes = seed(align, ts);
-    std::ofstream(dir + "/seed_" + std::to_string(k++) + ".gguf", std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    test::write_seed(dir + "/seed_" + std::to_string(k++) + ".gguf", seed(align, ts));
   }
 }
 
@@ -150,10 +148,7 @@ std::string scratch_path() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* d = std::getenv("CMF_FUZZ_WRITE_SEEDS")) {
-    write_seeds(d);
-    std::exit(0);
-  }
+  test::write_seeds_if_asked(write_seeds);
   std::atexit([] { std::filesystem::remove(scratch_path()); });
   return 0;
 }

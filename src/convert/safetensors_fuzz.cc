@@ -11,12 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "convert/safetensors.h"
+#include "support/fuzz_seeds.h"
 #include "util/error.h"
 
 namespace {
@@ -35,7 +34,6 @@ std::string image(const std::string& header, size_t data_len) {
 }
 
 void write_seeds(const std::string& dir) {
-  std::filesystem::create_directories(dir);
   const std::pair<const char*, std::string> seeds[] = {
       {"f32", image(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", 24)},
       {"mixed",
@@ -51,17 +49,13 @@ void write_seeds(const std::string& dir) {
                      17)},
       {"nohdr", image("{}", 0)},
   };
-  for (const auto& [name, bytes] : seeds)
-    std::ofstream(dir + "/" + name + ".safetensors", std::ios::binary) << bytes;
+  for (const auto& [name, bytes] : seeds) test::write_seed(dir + "/" + name + ".safetensors", bytes);
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* d = std::getenv("CMF_FUZZ_WRITE_SEEDS")) {
-    write_seeds(d);
-    std::exit(0);
-  }
+  test::write_seeds_if_asked(write_seeds);
   return 0;
 }
 

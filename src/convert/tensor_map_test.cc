@@ -12,6 +12,8 @@
 #include <fstream>
 #include <random>
 
+#include "support/cmf_header.h"
+#include "support/errors.h"
 #include "util/error.h"
 
 namespace cortiq::convert {
@@ -20,25 +22,29 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(TensorMap, CanonicalNames) {
-  EXPECT_EQ(canonical_name("model.layers.0.mlp.up_proj.weight"), "model.layers.0.mlp.up_proj.weight");
-  // gemma3's multimodal wrappers, old and new transformers layout
-  EXPECT_EQ(canonical_name("language_model.model.layers.0.mlp.up_proj.weight"),
-            "model.layers.0.mlp.up_proj.weight");
-  EXPECT_EQ(canonical_name("language_model.lm_head.weight"), "lm_head.weight");
-  EXPECT_EQ(canonical_name("model.language_model.norm.weight"), "model.norm.weight");
-  EXPECT_EQ(canonical_name("language_model.other.weight"), "language_model.other.weight");
-  // Qwen3-Next's MTP block
-  EXPECT_EQ(canonical_name("mtp.fc.weight"), "model.mtp.eh_proj.weight");
-  EXPECT_EQ(canonical_name("mtp.pre_fc_norm_embedding.weight"), "model.mtp.enorm.weight");
-  EXPECT_EQ(canonical_name("mtp.pre_fc_norm_hidden.weight"), "model.mtp.hnorm.weight");
-  EXPECT_EQ(canonical_name("mtp.norm.weight"), "model.mtp.norm.weight");
-  EXPECT_EQ(canonical_name("mtp.layers.0.self_attn.q_proj.weight"),
-            "model.mtp.layers.0.self_attn.q_proj.weight");
-  // dropped: the towers and RoPE buffers
-  for (const char* n : {"vision_tower.blocks.0.attn.weight", "model.vision_tower.x",
-                        "multi_modal_projector.w", "model.multi_modal_projector.w", "vision_model.a",
-                        "model.vision_model.a", "model.layers.0.self_attn.rotary_emb.inv_freq"})
-    EXPECT_EQ(canonical_name(n), "") << n;
+  const std::pair<const char*, const char*> cases[] = {
+      {"model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"},
+      // gemma3's multimodal wrappers, old and new transformers layout
+      {"language_model.model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"},
+      {"language_model.lm_head.weight", "lm_head.weight"},
+      {"model.language_model.norm.weight", "model.norm.weight"},
+      {"language_model.other.weight", "language_model.other.weight"},
+      // Qwen3-Next's MTP block
+      {"mtp.fc.weight", "model.mtp.eh_proj.weight"},
+      {"mtp.pre_fc_norm_embedding.weight", "model.mtp.enorm.weight"},
+      {"mtp.pre_fc_norm_hidden.weight", "model.mtp.hnorm.weight"},
+      {"mtp.norm.weight", "model.mtp.norm.weight"},
+      {"mtp.layers.0.self_attn.q_proj.weight", "model.mtp.layers.0.self_attn.q_proj.weight"},
+      // dropped: the towers and RoPE buffers
+      {"vision_tower.blocks.0.attn.weight", ""},
+      {"model.vision_tower.x", ""},
+      {"multi_modal_projector.w", ""},
+      {"model.multi_modal_projector.w", ""},
+      {"vision_model.a", ""},
+      {"model.vision_model.a", ""},
+      {"model.layers.0.self_attn.rotary_emb.inv_freq", ""},
+  };
+  for (const auto& [source, want] : cases) EXPECT_EQ(canonical_name(source), want) << source;
 }
 
 // The file comment's order, written out: embed → layers by index (attention → norms → FFN, the
@@ -125,23 +131,12 @@ class MapTensors : public ::testing::Test {
 
   /// One layer, hidden 8, 2 heads of 4 (q 8 rows), 1 KV head (k, v 4 rows each), vocab 16.
   static cmf::ModelArch arch(bool tied) {
-    cmf::ModelArch a;
-    a.hidden_size = 8;
-    a.num_layers = 1;
-    a.num_attention_heads = 2;
-    a.num_kv_heads = 1;
-    a.head_dim = 4;
-    a.vocab_size = 16;
+    cmf::ModelArch a = test::tiny_header("test", 8, 16, 1, 2, 1, 4, 16, 64).arch;
     a.tie_word_embeddings = tied;
     return a;
   }
   static Error map_error(const Checkpoint& c, const cmf::ModelArch& a) {
-    try {
-      map_tensors(c, a);
-    } catch (const Error& e) {
-      return e;
-    }
-    return Error(ErrorKind::Signature, "no error");
+    return test::error_of([&] { map_tensors(c, a); }).value_or(Error(ErrorKind::Signature, "no error"));
   }
   fs::path dir_;
 };
