@@ -1,5 +1,5 @@
-// Scalar reference implementations of kernels.h, and the public entry points (which dispatch to
-// the SIMD kernels or the references by matmul_mode()).
+// Scalar reference implementations of kernels.h, and the process-wide matmul mode and SIMD tier
+// that the free functions dispatch on (the dispatch itself: ops.cc).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -195,8 +195,6 @@ void matmul_ref(const WeightView& w, const float* x, size_t n, float* y, ThreadP
 namespace {
 std::atomic<MatmulMode> g_matmul_mode{MatmulMode::Fast};
 
-enum class Impl : uint8_t { Reference, Avx2, Avx512 };
-
 SimdTier tier_from_env() noexcept {
   const SimdTier best = best_simd_tier();
   const char* e = std::getenv("CORTIQ_SIMD");
@@ -220,18 +218,6 @@ std::atomic<SimdTier>& tier_slot() noexcept {
   return t;
 }
 
-/// Whether the dtype-independent vector ops (attention, SwiGLU) take their AVX-512 kernels.
-bool avx512_ops() noexcept {
-  return matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx512;
-}
-
-Impl impl_for(quant::DType t) noexcept {
-  if (matmul_mode() == MatmulMode::Reference) return Impl::Reference;
-  const SimdTier tier = simd_tier();
-  if (tier == SimdTier::Avx512 && simd_supported(t)) return Impl::Avx512;
-  if (tier >= SimdTier::Avx2 && avx2_supported(t)) return Impl::Avx2;
-  return Impl::Reference;
-}
 }  // namespace
 
 SimdTier best_simd_tier() noexcept {
@@ -249,57 +235,11 @@ void set_simd_tier(SimdTier t) noexcept {
 const char* simd_tier_name(SimdTier t) noexcept {
   return t == SimdTier::Avx512 ? "avx512" : t == SimdTier::Avx2 ? "avx2" : "scalar";
 }
-const char* kernel_name(quant::DType t) noexcept {
-  const Impl i = impl_for(t);
-  return i == Impl::Avx512 ? "avx512" : i == Impl::Avx2 ? "avx2" : "reference";
-}
-
 void set_matmul_mode(MatmulMode m) noexcept {
   g_matmul_mode.store(m, std::memory_order_relaxed);
 }
 MatmulMode matmul_mode() noexcept {
   return g_matmul_mode.load(std::memory_order_relaxed);
-}
-
-void matvec(const WeightView& w, const float* x, float* y, ThreadPool& pool) {
-  matvec_rows(w, 0, w.rows(), x, y, pool);
-}
-void matvec_rows(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
-                 ThreadPool& pool) {
-  const bool exact = matmul_mode() == MatmulMode::Exact;
-  switch (impl_for(w.dtype)) {
-    case Impl::Avx512:
-      return matvec_rows_simd(w, row_begin, row_count, x, y, pool, exact);
-    case Impl::Avx2:
-      return matvec_rows_avx2(w, row_begin, row_count, x, y, pool, exact);
-    case Impl::Reference:
-      return matvec_rows_ref(w, row_begin, row_count, x, y, pool);
-  }
-}
-void matmul(const WeightView& w, const float* x, size_t n, float* y, ThreadPool& pool) {
-  const bool exact = matmul_mode() == MatmulMode::Exact;
-  switch (impl_for(w.dtype)) {
-    case Impl::Avx512:
-      return matmul_simd(w, x, n, y, pool, exact);
-    case Impl::Avx2:
-      return matmul_avx2(w, x, n, y, pool, exact);
-    case Impl::Reference:
-      return matmul_ref(w, x, n, y, pool);
-  }
-}
-
-void matmul_multi(std::span<const WeightView* const> ws, const float* x, size_t n, std::span<float* const> ys,
-                  ThreadPool& pool) {
-  if (ws.size() != ys.size())
-    fail(ErrorKind::InvalidArgument, "matmul_multi: {} weights but {} outputs", ws.size(), ys.size());
-  for (const WeightView* w : ws)
-    if (w->cols() != ws[0]->cols())
-      fail(ErrorKind::InvalidArgument, "matmul_multi: tensor '{}' has {} columns, '{}' has {}", w->name,
-           w->cols(), ws[0]->name, ws[0]->cols());
-  bool all512 = true;
-  for (const WeightView* w : ws) all512 = all512 && impl_for(w->dtype) == Impl::Avx512;
-  if (all512) return matmul_multi_simd(ws, x, n, ys, pool, matmul_mode() == MatmulMode::Exact);
-  for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, n, ys[i], pool);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -338,10 +278,6 @@ float gelu_tanh(float x) {
   return static_cast<float>(0.5 * d * (1.0 + std::tanh(k * (d + 0.044715 * d * d * d))));
 }
 
-void swiglu(const float* g, const float* u, float* out, size_t n) {
-  if (avx512_ops()) return swiglu_simd(g, u, out, n);
-  swiglu_ref(g, u, out, n);
-}
 void swiglu_ref(const float* g, const float* u, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = silu(g[i]) * u[i];
 }
@@ -432,18 +368,6 @@ void rope(float* x, size_t n_heads, size_t head_dim, const RopeTable& t, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------
-
-void attention(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
-               const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,
-               size_t kv_head_end) {
-  if (avx512_ops()) {
-    attention_simd(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
-  } else if (matmul_mode() != MatmulMode::Reference && simd_tier() == SimdTier::Avx2 && avx2_cpu_ok()) {
-    attention_avx2(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
-  } else {
-    attention_ref(q, kv, key_begin, key_end, p, head_alive, out, kv_head_begin, kv_head_end);
-  }
-}
 
 void attention_ref(const float* q, const KvLayerView& kv, size_t key_begin, size_t key_end,
                    const AttentionParams& p, const uint8_t* head_alive, float* out, size_t kv_head_begin,

@@ -30,7 +30,7 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
   float* gate = L.out_gate ? grow(ws.gate, R * qd) : nullptr;
   const kernels::WeightView* qkv[] = {&L.q, &L.k, &L.v};
   float* const qkv_out[] = {qraw, k, v};
-  kernels::matmul_multi(qkv, n, R, qkv_out, pool);  // one pool hand-off for Q, K and V
+  env.ops.matmul_multi(qkv, n, R, qkv_out, pool);  // one pool hand-off for Q, K and V
   const kernels::RopeTable& rt = *L.rope;
   for (size_t r = 0; r < R; ++r) {
     float* qr = qraw + r * qrows;
@@ -85,7 +85,7 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
       const size_t r = i / nkv, g0 = i % nkv, g1 = std::min(nkv, g0 + (i1 - i));
       const size_t end = row_pos[r] + 1;
       const size_t begin = window && window < end ? end - window : 0;
-      kernels::attention(q + r * qd, row_kv[r]->view(), begin, end, ap, row_heads[r], att + r * qd, g0, g1);
+      env.ops.attention(q + r * qd, row_kv[r]->view(), begin, end, ap, row_heads[r], att + r * qd, g0, g1);
       i += g1 - g0;
     }
   };
@@ -96,7 +96,7 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
       att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
   if (kept) kept->att.assign(att, att + R * qd);
   float* tmp = ws.tmp.data();
-  kernels::matmul(L.o, att, R, tmp, pool);
+  env.ops.matmul(L.o, att, R, tmp, pool);
   for (size_t r = 0; r < R; ++r) {
     float* at = tmp + r * Hd;
     if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, norm_style, at);

@@ -7,15 +7,18 @@
 
 #include "cmf/header.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "model/activations.h"
 #include "model/weights.h"
 
 namespace cortiq::model {
 
-/// What every block reads besides its layer: the arch, the norm style and the thread pool.
+/// What every block reads besides its layer: the arch, the norm style, the model's kernel table
+/// and its thread pool.
 struct BlockEnv {
   const cmf::ModelArch& arch;
   kernels::NormStyle norm_style;
+  const kernels::Ops& ops;
   kernels::ThreadPool& pool;
 };
 

@@ -19,7 +19,7 @@ void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* a
   float* u = grow(ws.ffn_u, T * W);
   const kernels::WeightView* gu[] = {&f.gate, &f.up};
   float* const gu_out[] = {g, u};
-  kernels::matmul_multi(gu, x, T, gu_out, env.pool);  // one pool hand-off for both projections
+  env.ops.matmul_multi(gu, x, T, gu_out, env.pool);  // one pool hand-off for both projections
   if (kept) {
     kept->gate.assign(g, g + T * W);
     kept->up.assign(u, u + T * W);
@@ -29,13 +29,13 @@ void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* a
     if (env.arch.hidden_act == cmf::HiddenAct::GeluTanh)
       kernels::geglu(gt, u + t * W, gt, W);
     else
-      kernels::swiglu(gt, u + t * W, gt, W);
+      env.ops.swiglu(gt, u + t * W, gt, W);
     if (const uint8_t* a = alive ? alive[t] : nullptr)
       for (size_t i = 0; i < W; ++i)
         if (!a[i]) gt[i] = 0.0f;
   }
   if (kept) kept->act.assign(g, g + T * W);
-  kernels::matmul(f.down, g, T, out, env.pool);
+  env.ops.matmul(f.down, g, T, out, env.pool);
 }
 
 void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t T, float* outs,
@@ -47,7 +47,7 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
   const auto& arch = env.arch;
   const size_t E = L.moe.experts.size(), Hd = arch.hidden_size;
   float* all_logits = grow(ws.moe_logits, T * E);
-  kernels::matmul(L.moe.router, xs, T, all_logits, env.pool);
+  env.ops.matmul(L.moe.router, xs, T, all_logits, env.pool);
   double* p = grow(ws.moe_p, E);
   float* pf = grow(ws.moe_pf, E);
   float* y = grow(ws.moe_y, Hd);

@@ -150,7 +150,7 @@ void Model::finish(std::span<const SeqStep> steps, Activations& act, const Taps*
              i, n[i * Hd + d], d);
   // One step wanting logits (forward(), or a batch with one finishing prefill): write in place.
   float* lg = wanting == 1 ? steps[only].logits.data() : grow(act.logits, cnt * V);
-  kernels::matmul(w.lm_head, n, cnt, lg, impl_->pool);
+  impl_->ops.matmul(w.lm_head, n, cnt, lg, impl_->pool);
   const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
   if (lm != 1.0f)
     for (size_t i = 0; i < cnt * V; ++i) lg[i] *= lm;

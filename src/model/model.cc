@@ -14,7 +14,9 @@ std::unique_ptr<Model> Model::bind(const cmf::ModelArch& arch, const TensorSourc
 }
 
 std::unique_ptr<Model> Model::create(std::shared_ptr<const Weights> weights, const ModelOptions& opt) {
-  return std::unique_ptr<Model>(new Model(std::make_unique<Impl>(std::move(weights), opt.threads)));
+  return std::unique_ptr<Model>(new Model(std::make_unique<Impl>(
+      std::move(weights), kernels::Ops(opt.kernels.value_or(kernels::KernelConfig::current())),
+      opt.threads)));
 }
 
 const cmf::ModelArch& Model::arch() const noexcept {
@@ -25,6 +27,9 @@ uint32_t Model::vocab_size() const noexcept {
 }
 const std::shared_ptr<const Weights>& Model::weights() const noexcept {
   return impl_->w;
+}
+const kernels::Ops& Model::ops() const noexcept {
+  return impl_->ops;
 }
 kernels::ThreadPool& Model::pool() noexcept {
   return impl_->pool;

@@ -25,6 +25,7 @@
 #include "cmf/header.h"
 #include "cmf/masks.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "model/activations.h"
 #include "model/kv_cache.h"
 #include "model/tensor_source.h"
@@ -36,6 +37,9 @@ namespace cortiq::model {
 /// Bind-time options.
 struct ModelOptions {
   size_t threads = 1;  ///< kernel thread pool size (0 = hardware concurrency)
+  /// Matmul mode and SIMD tier of the model's kernel table (kernels/ops.h), fixed at create;
+  /// unset = the process-wide settings at that moment (kernels::KernelConfig::current()).
+  std::optional<kernels::KernelConfig> kernels = std::nullopt;
 };
 
 /// Which logits forward() produces.
@@ -139,6 +143,8 @@ class Model {
   /// Error(InvalidArgument) when the mask's shapes disagree with the arch or a layer's width.
   std::shared_ptr<const Variant> compile_variant(const cmf::TaskMask* mask) const;
   /// Thread pool used by the kernels.
+  /// The kernel table every matmul, attention and activation of this model uses.
+  const kernels::Ops& ops() const noexcept;
   kernels::ThreadPool& pool() noexcept;
 
   struct Impl;

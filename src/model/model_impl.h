@@ -14,11 +14,13 @@ namespace cortiq::model {
 
 struct Model::Impl {
   std::shared_ptr<const Weights> w;
+  kernels::Ops ops;  // chosen once, at create
   kernels::ThreadPool pool;
   Activations act;  // used when a call brings none
 
-  Impl(std::shared_ptr<const Weights> weights, size_t threads) : w(std::move(weights)), pool(threads) {}
-  BlockEnv env() { return BlockEnv{w->arch, w->norm_style, pool}; }
+  Impl(std::shared_ptr<const Weights> weights, const kernels::Ops& o, size_t threads)
+      : w(std::move(weights)), ops(o), pool(threads) {}
+  BlockEnv env() { return BlockEnv{w->arch, w->norm_style, ops, pool}; }
 };
 
 }  // namespace cortiq::model

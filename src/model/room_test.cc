@@ -163,3 +163,47 @@ TEST(Activations, KeptLayerValuesMatchTheTensors) {
 
 }  // namespace
 }  // namespace cortiq::model
+
+namespace cortiq::model {
+namespace {
+
+TEST(Kernels, TwoModelsInOneProcessKeepTheirOwnTable) {
+  // One weight set, an exact and a fast model side by side: each gives what a model made while
+  // the process-wide mode said its mode gives, whatever the process-wide mode says meanwhile.
+  auto c = test::load_case("qwen2", quant::DType::Q8Row);
+  ASSERT_TRUE(c);
+  auto w = Weights::bind(c->arch, c->src);
+  const kernels::SimdTier tier = kernels::best_simd_tier();
+  auto logits = [&](Model& m) {
+    std::vector<float> out(m.vocab_size());
+    KvCache kv(c->arch, 64);
+    const SeqStep st{c->prompt, &kv, out};
+    m.forward_batch(std::span<const SeqStep>(&st, 1));
+    return out;
+  };
+  std::vector<float> want_exact, want_fast;
+  {
+    const kernels::ScopedMatmulMode g(kernels::MatmulMode::Exact);
+    want_exact = logits(*Model::create(w, {.threads = 1}));
+  }
+  {
+    const kernels::ScopedMatmulMode g(kernels::MatmulMode::Fast);
+    want_fast = logits(*Model::create(w, {.threads = 1}));
+  }
+  if (tier != kernels::SimdTier::Scalar) {
+    EXPECT_NE(want_exact, want_fast);  // q8 has an int8 path
+  }
+  auto exact =
+      Model::create(w, {.threads = 1, .kernels = kernels::KernelConfig{kernels::MatmulMode::Exact, tier}});
+  auto fast =
+      Model::create(w, {.threads = 1, .kernels = kernels::KernelConfig{kernels::MatmulMode::Fast, tier}});
+  for (kernels::MatmulMode global : {kernels::MatmulMode::Reference, kernels::MatmulMode::Exact}) {
+    const kernels::ScopedMatmulMode g(global);
+    EXPECT_EQ(logits(*exact), want_exact);
+    EXPECT_EQ(logits(*fast), want_fast);
+  }
+  EXPECT_EQ(exact->ops().config().mode, kernels::MatmulMode::Exact);
+}
+
+}  // namespace
+}  // namespace cortiq::model

@@ -315,7 +315,6 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     if (progress) progress(s);
   };
 
-  const kernels::ScopedMatmulMode restore(kernels::matmul_mode());
   BenchReport rep;
   rep.model_path = path;
   rep.exact_requested = opt.exact;
@@ -329,7 +328,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     LoadOptions lo;
     lo.threads = threads;
     lo.task = "off";
-    lo.exact = opt.exact;  // process-wide kernels::MatmulMode, restored on return
+    lo.exact = opt.exact;  // this model's kernel table (kernels::Ops)
     lo.no_mmap = opt.no_mmap;
     LoadedModel lm = load_model(path, lo);
     const cmf::Reader& r = *lm.reader;
@@ -339,13 +338,15 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
       for (size_t f = 0; f < r.num_files(); ++f) rep.file_bytes += r.file_bytes(f).size();
       const auto ts = tensor_stats(r);
       rep.weights = account_weights(r.header().arch, ts);
-      rep.mode = kernels::matmul_mode() == kernels::MatmulMode::Exact       ? "exact"
-                 : kernels::matmul_mode() == kernels::MatmulMode::Reference ? "reference"
-                                                                            : "fast";
+      const kernels::Ops& ops = lm.model->ops();
+      const kernels::MatmulMode mode = ops.config().mode;
+      rep.mode = mode == kernels::MatmulMode::Exact       ? "exact"
+                 : mode == kernels::MatmulMode::Reference ? "reference"
+                                                          : "fast";
       for (const auto& [name, bytes] : rep.weights.bytes_by_dtype) {
         (void)bytes;
         const auto dt = quant::dtype_from_name(name);
-        rep.dtype_kernel[name] = dt ? kernels::kernel_name(*dt) : "reference";
+        rep.dtype_kernel[name] = dt ? ops.kernel_name(*dt) : "reference";
       }
     }
     model::Model& m = *lm.model;

@@ -289,7 +289,7 @@ TEST_F(BenchRun, TinyModelJsonAndMarkdownShape) {
   EXPECT_EQ(r.file_bytes, fs::file_size(path));
   EXPECT_TRUE(r.exact_requested);
   EXPECT_EQ(r.mode, "exact");
-  EXPECT_EQ(kernels::matmul_mode(), kernels::MatmulMode::Fast);  // restored
+  EXPECT_EQ(kernels::matmul_mode(), kernels::MatmulMode::Fast);  // the model's, not the process's
   EXPECT_EQ(r.dtype_kernel.size(), 2u);
   ASSERT_EQ(r.bandwidth.size(), 2u);
   EXPECT_EQ(r.bandwidth[1].threads, 2u);

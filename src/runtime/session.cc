@@ -52,7 +52,6 @@ std::unique_ptr<Tokenizer> load_tokenizer(const cmf::Reader& r, const std::strin
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
-  kernels::set_matmul_mode(opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast);
   LoadedModel lm;
   if (std::error_code ec; std::filesystem::is_directory(path, ec))
     fail(ErrorKind::Io, "'{}' is a folder; cortiq runs .cmf files{}", path,
@@ -80,7 +79,12 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
          path);
   const auto& arch = r.header().arch;
   lm.source = std::make_unique<model::CmfTensorSource>(r);
-  lm.model = model::Model::bind(arch, *lm.source, model::ModelOptions{opt.threads});
+  lm.model = model::Model::bind(
+      arch, *lm.source,
+      model::ModelOptions{
+          .threads = opt.threads,
+          .kernels = kernels::KernelConfig{opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast,
+                                           kernels::simd_tier()}});
 
   lm.tokenizer = load_tokenizer(r, path, &lm.missing_tokenizer);
   if (r.header().tokenizer_config) lm.bundle = *r.header().tokenizer_config;

@@ -27,7 +27,8 @@ struct LoadOptions {
   bool kv_f16 = false;  ///< f16 KV cache (default f32)
   std::string task;     ///< task mask name; "" = the catalog's fallback; "off" = none
   /// `--exact`: f32 activations in every matvec (kernels::MatmulMode::Exact); otherwise int8
-  /// activations where a SIMD kernel has them (Fast). Process-wide: load_model sets the mode.
+  /// activations where a SIMD kernel has them (Fast). The loaded model's own kernel table
+  /// (kernels::Ops): the process-wide mode is left alone, so two models in one process may differ.
   bool exact = false;
   /// `--no-mmap`: load the file into anonymous huge-page memory (util/mmap_file.h MapMode::Memory)
   /// instead of mmap'ing it — slower start, file-sized anonymous RSS, faster decode.
