@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -42,15 +43,16 @@ struct Activations {
   std::vector<const uint8_t*> row_neurons;  ///< [R] the current layer's alive FFN neurons (nullptr = all)
   std::vector<const std::vector<uint8_t>*> row_experts;  ///< [R] routable experts (nullptr = all)
   // The residual stream and the blocks' intermediates.
-  LineVec<float> h, n, tmp;                      ///< [R, hidden]: residual, normed, block output
-  LineVec<float> qraw, k, v, q, gate, att;       ///< attention projections and output
-  LineVec<float> ffn_g, ffn_u;                   ///< [R, intermediate]
-  std::vector<float> moe_logits, moe_pf, moe_y;  ///< router logits [R, E], probs [E], expert out [hidden]
-  std::vector<double> moe_p;                     ///< [E]
-  std::vector<size_t> moe_cand;                  ///< routable experts of the current row
-  std::vector<float> logits;                     ///< [rows, vocab] when several steps want logits
-  std::vector<size_t> dead_rows;                 ///< rows whose variant skips the current layer
-  std::vector<float> dead_h;                     ///< [dead rows, hidden]: their residual, kept
+  LineVec<float> h, n, tmp;                         ///< [R, hidden]: residual, normed, block output
+  LineVec<float> qraw, k, v, q, gate, att;          ///< attention projections and output
+  LineVec<float> ffn_g, ffn_u;                      ///< [R, intermediate]
+  std::vector<float> moe_logits, moe_pf, moe_y;     ///< router logits [R, E], probs [E], expert out [hidden]
+  std::vector<double> moe_p;                        ///< [E]
+  std::vector<size_t> moe_cand;                     ///< routable experts of the current row
+  std::vector<std::pair<size_t, float>> moe_route;  ///< the current row's (expert, weight) pairs
+  std::vector<float> logits;                        ///< [rows, vocab] when several steps want logits
+  std::vector<size_t> dead_rows;                    ///< rows whose variant skips the current layer
+  std::vector<float> dead_h;                        ///< [dead rows, hidden]: their residual, kept
 
   /// Keep every layer's intermediates of the next passes in `kept` ([layers]; a layer no row runs
   /// keeps nothing). Off: no copy, no cost.

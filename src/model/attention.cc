@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/elementwise.h"
 #include "model/blocks.h"
 #include "util/error.h"
 
@@ -37,19 +38,15 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
     float* kt = k + r * kd;
     float* vt = v + r * kd;
     if (!L.q_bias.empty()) {
-      for (size_t i = 0; i < qrows; ++i) qr[i] += L.q_bias[i];
-      for (size_t i = 0; i < kd; ++i) kt[i] += L.k_bias[i];
-      for (size_t i = 0; i < kd; ++i) vt[i] += L.v_bias[i];
+      kernels::add_bias_rows(qr, L.q_bias.data(), 1, qrows);
+      kernels::add_bias_rows(kt, L.k_bias.data(), 1, kd);
+      kernels::add_bias_rows(vt, L.v_bias.data(), 1, kd);
     }
     float* qt = q + r * qd;
-    if (L.out_gate) {
-      for (size_t hh = 0; hh < nh; ++hh) {
-        std::copy(qr + hh * 2 * hd, qr + hh * 2 * hd + hd, qt + hh * hd);
-        std::copy(qr + hh * 2 * hd + hd, qr + hh * 2 * hd + 2 * hd, gate + r * qd + hh * hd);
-      }
-    } else {
+    if (L.out_gate)
+      kernels::split_q_gate(qr, nh, hd, qt, gate + r * qd);
+    else
       std::copy(qr, qr + qd, qt);
-    }
     if (!L.q_norm.empty())
       for (size_t hh = 0; hh < nh; ++hh)
         kernels::rmsnorm(qt + hh * hd, L.q_norm.data(), hd, a.rms_norm_eps, norm_style, qt + hh * hd);
@@ -91,9 +88,7 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
   };
   // A one-reference closure fits std::function's small buffer: no allocation per call.
   pool.parallel_for(R * nkv, [&body](size_t i0, size_t i1) { body(i0, i1); });
-  if (L.out_gate)
-    for (size_t i = 0; i < R * qd; ++i)
-      att[i] *= static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+  if (L.out_gate) kernels::sigmoid_gate_inplace(att, gate, R * qd);
   if (kept) kept->att.assign(att, att + R * qd);
   float* tmp = ws.tmp.data();
   env.ops.matmul(L.o, att, R, tmp, pool);
@@ -101,7 +96,7 @@ void attention_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activ
     float* at = tmp + r * Hd;
     if (L.sandwich) kernels::rmsnorm(at, L.post_attn_norm.data(), Hd, a.rms_norm_eps, norm_style, at);
     float* ht = h + r * Hd;
-    for (size_t d = 0; d < Hd; ++d) ht[d] += at[d];
+    kernels::add_inplace(ht, at, Hd);
     kernels::rmsnorm(ht, L.sandwich ? L.pre_ffn_norm.data() : L.post_attn_norm.data(), Hd, a.rms_norm_eps,
                      norm_style, n + r * Hd);
   }

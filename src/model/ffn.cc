@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/elementwise.h"
 #include "model/blocks.h"
 #include "util/error.h"
 
@@ -30,9 +31,7 @@ void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* a
       kernels::geglu(gt, u + t * W, gt, W);
     else
       env.ops.swiglu(gt, u + t * W, gt, W);
-    if (const uint8_t* a = alive ? alive[t] : nullptr)
-      for (size_t i = 0; i < W; ++i)
-        if (!a[i]) gt[i] = 0.0f;
+    if (const uint8_t* a = alive ? alive[t] : nullptr) kernels::zero_dead(gt, a, W);
   }
   if (kept) kept->act.assign(g, g + T * W);
   env.ops.matmul(f.down, g, T, out, env.pool);
@@ -52,6 +51,8 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
   float* pf = grow(ws.moe_pf, E);
   float* y = grow(ws.moe_y, Hd);
   std::vector<size_t>& cand = ws.moe_cand;
+  const kernels::MoeRouting routing{arch.moe->top_k, arch.moe->norm_topk_prob,
+                                    arch.moe->routed_scaling_factor.value_or(1.0)};
   for (size_t t = 0; t < T; ++t) {
     const float* x = xs + t * Hd;
     const float* logits = all_logits + t * E;
@@ -61,38 +62,16 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
     for (size_t e = 0; e < E; ++e)
       if (!allow || (e < allow->size() && (*allow)[e])) cand.push_back(e);
     std::fill(out, out + Hd, 0.0f);
-    if (!cand.empty()) {
-      double mx = -INFINITY;
-      for (size_t e : cand) mx = std::max(mx, static_cast<double>(logits[e]));
-      double sum = 0.0;
-      for (size_t e : cand) sum += (p[e] = std::exp(static_cast<double>(logits[e]) - mx));
-      for (size_t e : cand) pf[e] = static_cast<float>(p[e] / sum);
-      const size_t k = std::min<size_t>(arch.moe->top_k, cand.size());
-      // Top k by probability, ties to the lower expert index (cand is ascending, so this total
-      // order gives the same first k as a stable sort by probability; no temporary buffer).
-      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
-                        [&](size_t i, size_t j) { return pf[i] > pf[j] || (pf[i] == pf[j] && i < j); });
-      double ksum = 0.0;
-      for (size_t i = 0; i < k; ++i) ksum += pf[cand[i]];
-      const double scaling = arch.moe->routed_scaling_factor.value_or(1.0);
-      for (size_t i = 0; i < k; ++i) {
-        const size_t e = cand[i];
-        double w = pf[e];
-        if (arch.moe->norm_topk_prob) w /= ksum;
-        const float wf = static_cast<float>(w * scaling);
-        dense_ffn(env, L.moe.experts[e], nullptr, x, 1, y, ws, nullptr);
-        for (size_t d = 0; d < Hd; ++d) out[d] += wf * y[d];
-      }
+    kernels::moe_route(logits, cand, routing, p, pf, ws.moe_route);
+    for (const auto& [e, wf] : ws.moe_route) {
+      dense_ffn(env, L.moe.experts[e], nullptr, x, 1, y, ws, nullptr);
+      kernels::axpy_inplace(out, wf, y, Hd);
     }
     if (L.moe.shared) {
       dense_ffn(env, *L.moe.shared, nullptr, x, 1, y, ws, nullptr);
-      float gw = 1.0f;
-      if (!L.moe.shared_gate.empty()) {
-        double s = 0.0;
-        for (size_t d = 0; d < Hd; ++d) s += static_cast<double>(L.moe.shared_gate[d]) * x[d];
-        gw = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
-      }
-      for (size_t d = 0; d < Hd; ++d) out[d] += gw * y[d];
+      const float gw =
+          L.moe.shared_gate.empty() ? 1.0f : kernels::sigmoid_dot(L.moe.shared_gate.data(), x, Hd);
+      kernels::axpy_inplace(out, gw, y, Hd);
     }
   }
 }
@@ -113,7 +92,7 @@ void ffn_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activations
     if (L.sandwich)
       kernels::rmsnorm(ft, L.post_ffn_norm.data(), Hd, env.arch.rms_norm_eps, env.norm_style, ft);
     float* ht = h + r * Hd;
-    for (size_t d = 0; d < Hd; ++d) ht[d] += ft[d];
+    kernels::add_inplace(ht, ft, Hd);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/elementwise.h"
 #include "model/model_impl.h"
 #include "util/error.h"
 
@@ -63,8 +64,7 @@ void Model::begin(std::span<const SeqStep> steps, Activations& act) {
         w.embed_rows->decode(steps[s].tokens[t], 1, std::span<float>(h + r * Hd, Hd));
       else
         kernels::decode_rows(w.embed, steps[s].tokens[t], 1, h + r * Hd);
-      if (w.embed_mult != 1.0f)
-        for (size_t d = 0; d < Hd; ++d) h[r * Hd + d] *= w.embed_mult;
+      if (w.embed_mult != 1.0f) kernels::scale_inplace(h + r * Hd, Hd, w.embed_mult);
     }
   }
   if (act.keep) act.kept.assign(w.layers.size(), KeptLayer{});
@@ -103,14 +103,12 @@ void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps,
     }
     if (!act.dead_rows.empty()) {
       act.dead_h.resize(act.dead_rows.size() * Hd);
-      for (size_t i = 0; i < act.dead_rows.size(); ++i)
-        std::copy_n(h + act.dead_rows[i] * Hd, Hd, act.dead_h.begin() + static_cast<std::ptrdiff_t>(i * Hd));
+      kernels::gather_rows_f32(h, act.dead_rows, Hd, act.dead_h.data());
     }
     KeptLayer* kept = act.keep && li < act.kept.size() ? &act.kept[li] : nullptr;
     attention_block(env, L, R, act, kept);
     ffn_block(env, L, R, act, kept);
-    for (size_t i = 0; i < act.dead_rows.size(); ++i)
-      std::copy_n(act.dead_h.begin() + static_cast<std::ptrdiff_t>(i * Hd), Hd, h + act.dead_rows[i] * Hd);
+    kernels::scatter_rows_f32(act.dead_h.data(), act.dead_rows, Hd, h);
     if (taps && taps->layer_output) taps->layer_output(li, std::span<const float>(h, R * Hd), R);
   }
 }
@@ -141,19 +139,16 @@ void Model::finish(std::span<const SeqStep> steps, Activations& act, const Taps*
   if (cnt == 0) return;
   // A NaN or ±Inf here would turn every logit into NaN and greedy decoding into token 0 forever:
   // refuse loudly instead (a flipped weight byte, an overflowing checkpoint). Hd floats per row.
-  for (size_t i = 0; i < cnt; ++i)
-    for (size_t d = 0; d < Hd; ++d)
-      if (!std::isfinite(n[i * Hd + d]))
-        fail(ErrorKind::NonFinite,
-             "the final hidden state of output row {} is {} (component {}): a weight of this file is "
-             "corrupt or out of range; `cortiq verify` checks every tensor's hash",
-             i, n[i * Hd + d], d);
+  if (const size_t bad = kernels::first_non_finite(n, cnt * Hd); bad != kernels::npos)
+    fail(ErrorKind::NonFinite,
+         "the final hidden state of output row {} is {} (component {}): a weight of this file is "
+         "corrupt or out of range; `cortiq verify` checks every tensor's hash",
+         bad / Hd, n[bad], bad % Hd);
   // One step wanting logits (forward(), or a batch with one finishing prefill): write in place.
   float* lg = wanting == 1 ? steps[only].logits.data() : grow(act.logits, cnt * V);
   impl_->ops.matmul(w.lm_head, n, cnt, lg, impl_->pool);
   const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
-  if (lm != 1.0f)
-    for (size_t i = 0; i < cnt * V; ++i) lg[i] *= lm;
+  if (lm != 1.0f) kernels::scale_inplace(lg, cnt * V, lm);
   if (a.final_logit_softcapping)
     kernels::softcap(lg, cnt * V, static_cast<float>(*a.final_logit_softcapping));
   if (wanting == 1) return;
