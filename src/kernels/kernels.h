@@ -116,8 +116,13 @@ struct PrepareOptions {
 ///   instead of 18-byte tiles (kernels_bench matvec 896×4864: q4_block 57 µs against q4_tiled 73
 ///   µs; `cortiq bench` tg +12–15%, pp512 +30–40% on the Qwen2.5-0.5B-shaped file).
 /// - every other dtype: unchanged.
-/// Throws Error(Parse) when the payload does not match dtype and shape (quant::tp_view, the q4_tiled
-/// size 18·ceil(n/32)), Error(Io) when the copy cannot be allocated.
+/// Then, for every dtype with a SIMD kernel, sets w.plan (weight_view.h): the payload validated
+/// (quant::validate_payload; q1s entries and vbit row offsets in full) and parsed once, so that the
+/// products of the view skip that work on every call; their results are bit-identical to those of
+/// an unprepared view (kernels_bench matvec 896×896, 1 thread: see the issue-28 notes).
+/// Throws Error(Parse) naming the tensor when the payload does not match dtype and shape
+/// (quant::validate_payload and the layout parsers, the q4_tiled size 18·ceil(n/32)), Error(Io)
+/// when the copy cannot be allocated.
 void prepare_weight(WeightView& w, const PrepareOptions& opt = {});
 
 /// Dequantizes rows [row_begin, row_begin+count) into out[count * cols] (f32). Throws

@@ -17,6 +17,7 @@
 #include "kernels/simd_avx2.h"
 #include "kernels/simd_avx2_attention.h"
 #include "kernels/simd_matvec.h"
+#include "kernels/weight_plan.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
 #include "util/error.h"
@@ -91,15 +92,19 @@ void relayout_q4_tiled(WeightView& w, const PrepareOptions& opt) {
 
 void prepare_weight(WeightView& w, const PrepareOptions& opt) {
   w.prepared.reset();
-  if (w.dtype == DType::Q4Tiled) return relayout_q4_tiled(w, opt);
-  if (w.dtype != DType::Q4TP && w.dtype != DType::Q2TP) return;
-  const quant::TpView tp = quant::tp_view(w.dtype, w.shape, w.payload, w.name);
-  auto bases = std::make_shared<std::vector<float>>(2 * tp.rows);
-  for (uint64_t r = 0; r < tp.rows; ++r) {
-    (*bases)[r] = quant::tp_exp2(tp.lo_f16(r));
-    (*bases)[tp.rows + r] = quant::tp_exp2(tp.step_f16(r));
+  w.plan.reset();
+  if (w.dtype == DType::Q4Tiled) {
+    relayout_q4_tiled(w, opt);
+  } else if (w.dtype == DType::Q4TP || w.dtype == DType::Q2TP) {
+    const quant::TpView tp = quant::tp_view(w.dtype, w.shape, w.payload, w.name);
+    auto bases = std::make_shared<std::vector<float>>(2 * tp.rows);
+    for (uint64_t r = 0; r < tp.rows; ++r) {
+      (*bases)[r] = quant::tp_exp2(tp.lo_f16(r));
+      (*bases)[tp.rows + r] = quant::tp_exp2(tp.step_f16(r));
+    }
+    w.prepared = std::move(bases);
   }
-  w.prepared = std::move(bases);
+  w.plan = make_weight_plan(w);
 }
 
 void decode_rows(const WeightView& w, uint64_t row_begin, uint64_t count, float* out) {

@@ -193,5 +193,74 @@ TEST(PrepareWeight, PreparedDataOfAnotherShapeIsRejected) {
   }
 }
 
+// prepare_weight leaves a kernel plan (weight_plan.h) on every dtype with a SIMD kernel; the
+// products of the planned view equal those of the same view with its plan dropped (which the tiers
+// parse per call) bit for bit, for every such dtype, exact and int8, one and several tokens.
+TEST(PrepareWeight, PlannedProductsEqualUnplannedBitwiseForEveryDtype) {
+  ThreadPool pool3(3);
+  for (DType t : test::kSimdDtypes) {
+    const uint64_t rows = 37, cols = 96;
+    const test::Tensor w = make(t, rows, cols, spread(rows, cols, 31));
+    WeightView planned = w.view;
+    prepare_weight(planned);
+    ASSERT_TRUE(planned.plan) << quant::dtype_name(t);
+    WeightView unplanned = planned;
+    unplanned.plan.reset();
+    for (size_t n : {1, 4}) {
+      const std::vector<float> x = gaussian(n * cols, 32);
+      for (const auto& [tier, product] : tiers())
+        for (bool exact : {false, true})
+          for (ThreadPool* pool : {&serial_pool(), &pool3}) {
+            std::vector<float> a(n * rows, -1.0f), b(n * rows, -2.0f);
+            product(unplanned, x.data(), n, a.data(), *pool, exact);
+            product(planned, x.data(), n, b.data(), *pool, exact);
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0)
+                << quant::dtype_name(t) << " n=" << n << " " << tier << (exact ? " exact" : " int8")
+                << " threads=" << pool->size();
+          }
+    }
+  }
+}
+
+// q1s outliers that do not ascend: the plan records it, and the planned product still equals the
+// unplanned one (both end in the reference path).
+TEST(PrepareWeight, PlannedUnorderedQ1sEqualsUnplanned) {
+  const test::Tensor base = make(DType::Q1S, 16, 64, gaussian(16 * 64, 33));
+  const std::vector<uint8_t> bytes = test::q1s_unordered(base);
+  WeightView planned{DType::Q1S, base.view.shape, bytes, "w"};
+  prepare_weight(planned);
+  ASSERT_TRUE(planned.plan);
+  WeightView unplanned = planned;
+  unplanned.plan.reset();
+  const std::vector<float> x = gaussian(64, 34);
+  for (const auto& [tier, product] : tiers()) {
+    std::vector<float> a(16, -1.0f), b(16, -2.0f);
+    product(unplanned, x.data(), 1, a.data(), serial_pool(), false);
+    product(planned, x.data(), 1, b.data(), serial_pool(), false);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0) << tier;
+  }
+}
+
+// A view copied from a planned one and pointed at other bytes keeps a plan that describes another
+// tensor: the products refuse it, naming the tensor, instead of reading the old layout.
+TEST(PrepareWeight, APlanOfOtherBytesIsRefused) {
+  test::Tensor w = make(DType::Q8Row, 16, 64, gaussian(16 * 64, 35));
+  test::Tensor other = make(DType::Q8Row, 16, 64, gaussian(16 * 64, 36));
+  prepare_weight(w.view);
+  WeightView stale = w.view;
+  stale.payload = other.view.payload;
+  const std::vector<float> x = gaussian(64, 37);
+  std::vector<float> y(16);
+  for (const auto& [tier, product] : tiers()) {
+    try {
+      product(stale, x.data(), 1, y.data(), serial_pool(), false);
+      ADD_FAILURE() << tier << ": no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << tier << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cortiq::kernels

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/simd_common.h"
+#include "kernels/weight_plan.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
 #include "util/error.h"
@@ -116,7 +117,7 @@ struct Plan {
   quant::TpView tp;                     // q4tp / q2tp
   quant::Q1sView q1s;                   // q1s: q1 base tiles at p, outlier entries
   quant::Q1tView q1t;                   // q1t: rows unchecked (decode_row_native checks each row)
-  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
+  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (scratch or plan)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -149,13 +150,16 @@ BlockState& block_state() {
   return s;
 }
 
+/// A prepared view (WeightView::plan, weight_plan.h) takes the parsed pieces from its plan instead:
+/// no validation or parsing per call, the same Plan and so the same results.
 Plan make_plan(const WeightView& w, bool exact) {
   if (!avx2_supported(w.dtype))
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no AVX2 kernel", w.name,
          quant::dtype_name(w.dtype));
+  const WeightPlan* wp = plan_of(w);
   // q1t rows are checked as quant::RowDecoder decodes them: O(1) here, not O(rows + overlay).
   // q1s: q1s_view below is the full check (one pass over the outliers); vbit: vbit_view_into.
-  if (w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
+  if (!wp && w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
     quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   Plan pl;
   pl.w = &w;
@@ -189,14 +193,14 @@ Plan make_plan(const WeightView& w, bool exact) {
       pl.fam = Fam::NIB;
       break;
     case DType::Q4TP:
-      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
-      pl.bases = simd_detail::tp_bases(w, pl.rows);
+      pl.tp = wp ? wp->tp : quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = wp ? (wp->bases ? wp->bases->data() : nullptr) : simd_detail::tp_bases(w, pl.rows);
       pl.row_bytes = 16 * pl.gpr;
       pl.fam = Fam::NIB;
       break;
     case DType::Q2TP:
-      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
-      pl.bases = simd_detail::tp_bases(w, pl.rows);
+      pl.tp = wp ? wp->tp : quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = wp ? (wp->bases ? wp->bases->data() : nullptr) : simd_detail::tp_bases(w, pl.rows);
       pl.row_bytes = 8 * pl.gpr;
       pl.fam = Fam::Q2;
       break;
@@ -205,19 +209,23 @@ Plan make_plan(const WeightView& w, bool exact) {
       pl.fam = Fam::Q1;
       break;
     case DType::Q1S:
-      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name);
+      pl.q1s = wp ? wp->q1s : quant::q1s_view(w.shape, w.payload, w.name);
       pl.row_bytes = quant::kQ1TileBytes * pl.gpr;
       pl.fam = Fam::Q1;
       break;
     case DType::Q1T:
-      pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
+      pl.q1t = wp ? wp->q1t : quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
       pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
       pl.fam = Fam::Q1;
       break;
     case DType::VBit:
     case DType::VBitRo:
-      quant::vbit_view_into(call_scratch().vb, pl.t, w.shape, w.payload, w.name);
-      pl.vb = &call_scratch().vb;
+      if (wp) {
+        pl.vb = &wp->vb;
+      } else {
+        quant::vbit_view_into(call_scratch().vb, pl.t, w.shape, w.payload, w.name);
+        pl.vb = &call_scratch().vb;
+      }
       pl.row_bytes = pl.cols / 2;  // prefetch unit: about 4 bits a weight (widths 3..8 vary by row)
       pl.fam = Fam::Q1;            // int8 path tile_vbit (in % 32 == 0 always)
       break;
@@ -231,7 +239,9 @@ Plan make_plan(const WeightView& w, bool exact) {
   const bool q1 = (pl.t == DType::Q1 || (pl.t == DType::Q1S && pl.q1s.ascending)) && pl.cols % 32 == 0;
   const bool vbit = pl.t == DType::VBit || pl.t == DType::VBitRo;
   pl.int8 = !exact && (q8 || nib || q1 || vbit || pl.t == DType::Q2TP || pl.t == DType::Q1T);
-  if (pl.t == DType::Q8_2F) {
+  if (pl.t == DType::Q8_2F && wp) {
+    pl.col = wp->col_avx2.data();  // filled: the plan was made on this CPU, which has the tier
+  } else if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch();
     grow(cs.col, pl.cols);
     const uint8_t* cp = pl.p + n + 2 * pl.rows;

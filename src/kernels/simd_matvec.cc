@@ -28,6 +28,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/simd_common.h"
+#include "kernels/weight_plan.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
 #include "util/error.h"
@@ -393,8 +394,9 @@ struct Plan {
   // q1s entry problems the row blocks found (call scratch): bit 1 = not strictly ascending, bit 2 =
   // an index ≥ rows·cols. Checked after the parallel run (finish_q1s).
   std::atomic<int>* q1s_bad = nullptr;
+  bool q1s_checked = false;  // q1s: entries checked in full (a WeightPlan's), no per-block check
   const WeightView* w = nullptr;
-  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch)
+  const quant::VBitView* vb = nullptr;  // vbit / vbit_ro: widths, scales, row offsets (call scratch or plan)
   Fam fam = Fam::Q8;
   bool int8 = false;       // int8 path in use
   uint64_t row_bytes = 0;  // stride of one row in the main weight plane (prefetch distance unit)
@@ -941,15 +943,18 @@ CQ_AVX512 void f16_row_to_f32(const uint8_t* p, uint64_t n, float* out) {
 
 /// Parses and validates the tensor; returns false when the shape is one the SIMD kernels do not
 /// cover (flat-group codecs with cols % 32 != 0), in which case the caller uses the reference.
+/// A prepared view (WeightView::plan, weight_plan.h) takes the parsed pieces from its plan instead:
+/// no validation or parsing per call, the same Plan and so the same results.
 bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   if (!simd_supported(w.dtype))
     fail(ErrorKind::Unsupported, "tensor '{}': dtype {} has no SIMD kernel", w.name,
          quant::dtype_name(w.dtype));
+  const WeightPlan* wp = plan_of(w);
   // q1t: O(1) here; each row's overlay is checked when the row is decoded (decode_row), so a call
-  // costs O(rows read), not O(rows + overlay) of the tensor. q1s: q1s_view below is the full check
-  // (one pass over the outliers per call, which also tells whether they are ascending).
-  // vbit: vbit_view_into below is the full check.
-  if (w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
+  // costs O(rows read), not O(rows + overlay) of the tensor. q1s: the row blocks check the entries
+  // (check_q1s_slice; one pass over the outliers per call, which also tells whether they are
+  // ascending), a plan's were checked when it was made. vbit: vbit_view_into below is the full check.
+  if (!wp && w.dtype != DType::Q1S && w.dtype != DType::VBit && w.dtype != DType::VBitRo)
     quant::validate_payload(w.dtype, w.shape, w.payload, w.name, /*check_rows=*/false);
   pl.name = w.name;
   pl.w = &w;
@@ -976,16 +981,20 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       break;
     case DType::Q4TP:
     case DType::Q2TP:
-      pl.tp = quant::tp_view(pl.t, w.shape, w.payload, w.name);
-      pl.bases = simd_detail::tp_bases(w, pl.rows);
+      pl.tp = wp ? wp->tp : quant::tp_view(pl.t, w.shape, w.payload, w.name);
+      pl.bases = wp ? (wp->bases ? wp->bases->data() : nullptr) : simd_detail::tp_bases(w, pl.rows);
       pl.fam = pl.t == DType::Q2TP ? Fam::Q2 : Fam::NIBQ;
       break;
     case DType::Q1:
       pl.fam = Fam::Q1;
       break;
     case DType::Q1S: {
-      // O(1) here; the row blocks check the entries, a slice each (check_q1s_slice).
-      pl.q1s = quant::q1s_view(w.shape, w.payload, w.name, /*check_entries=*/false);
+      // O(1) here; the row blocks check the entries, a slice each (check_q1s_slice). A plan's entries
+      // were checked in full when it was made: unordered ones go to the reference right away (what
+      // finish_q1s would redo the call with), ordered ones skip the per-block check.
+      if (wp && !wp->q1s.ascending) return false;
+      pl.q1s = wp ? wp->q1s : quant::q1s_view(w.shape, w.payload, w.name, /*check_entries=*/false);
+      pl.q1s_checked = wp != nullptr;
       auto& cs = call_scratch(slot);
       cs.q1s_bad.store(0);
       pl.q1s_bad = &cs.q1s_bad;
@@ -994,11 +1003,15 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
     }
     case DType::VBit:
     case DType::VBitRo: {
-      auto& cs = call_scratch(slot);
-      quant::vbit_view_into(cs.vb, pl.t, w.shape, w.payload, w.name);
-      pl.vb = &cs.vb;
+      if (wp) {
+        pl.vb = &wp->vb;
+      } else {
+        auto& cs = call_scratch(slot);
+        quant::vbit_view_into(cs.vb, pl.t, w.shape, w.payload, w.name);
+        pl.vb = &cs.vb;
+      }
       pl.fam = Fam::NIBV;  // bias −Σq, scaled by each row's L in tile_vbit
-      pl.row_bytes = pl.rows ? cs.vb.row_off[pl.rows] / pl.rows : 0;  // mean row (prefetch unit)
+      pl.row_bytes = pl.rows ? pl.vb->row_off[pl.rows] / pl.rows : 0;  // mean row (prefetch unit)
       break;
     }
     default:
@@ -1031,7 +1044,7 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
       pl.row_bytes = 8 * pl.gpr;
       break;
     case DType::Q1T:
-      pl.q1t = quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
+      pl.q1t = wp ? wp->q1t : quant::q1t_view(w.shape, w.payload, w.name, /*check_rows=*/false);
       pl.row_bytes = quant::kQ1tTileBytes * pl.gpr;
       pl.fam = Fam::Q1T;
       break;
@@ -1041,7 +1054,9 @@ bool make_plan(const WeightView& w, bool exact, Plan& pl, size_t slot = 0) {
   const bool flat = pl.t == DType::Q4Block || pl.t == DType::Q4Tiled || pl.t == DType::Q1;
   if (flat && pl.cols % 32 != 0) return false;
   pl.int8 = !exact && !quant::is_float_dtype(pl.t) && (pl.t != DType::Q1T || simd_vbmi_ok());
-  if (pl.t == DType::Q8_2F) {
+  if (pl.t == DType::Q8_2F && wp) {
+    pl.col = wp->col_avx512.data();  // filled: the plan was made on this CPU, which has the tier
+  } else if (pl.t == DType::Q8_2F) {
     auto& cs = call_scratch(slot);
     grow(cs.col, pl.cols);
     const uint8_t* cp = pl.p + n + 2 * pl.rows;
@@ -1837,7 +1852,7 @@ void check_q1s_slice(const Plan& pl, uint64_t b, uint64_t nb) {
 /// b … b + ahead − 1 next (ahead ≥ 1; prep_tp computes their ladders together).
 void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
   const Plan& pl = *j.pl;
-  if (pl.t == DType::Q1S) check_q1s_slice(pl, b, j.nblocks());
+  if (pl.t == DType::Q1S && !pl.q1s_checked) check_q1s_slice(pl, b, j.nblocks());
   const ActSet& acts = j.acts;
   const float* x = j.x;
   const size_t n = j.n, y_stride = j.y_stride;
@@ -1932,6 +1947,10 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
 }
 
 }  // namespace
+
+void simd_detail::q8_2f_columns_avx512(const uint8_t* p, uint64_t n, float* out) {
+  f16_row_to_f32(p, n, out);
+}
 
 void matvec_rows_simd(const WeightView& w, uint64_t row_begin, uint64_t row_count, const float* x, float* y,
                       ThreadPool& pool, bool exact) {

@@ -9,6 +9,7 @@
 #include "kernels/simd_avx2.h"
 #include "kernels/simd_avx2_attention.h"
 #include "kernels/simd_matvec.h"
+#include "kernels/weight_plan.h"
 #include "util/error.h"
 
 namespace cortiq::kernels {
@@ -66,6 +67,9 @@ void exp_avx2(const float*, size_t, float*) {
 }
 void swiglu_simd(const float*, const float*, float*, size_t) {
   no_tier("swiglu_simd");
+}
+void simd_detail::q8_2f_columns_avx512(const uint8_t*, uint64_t, float*) {
+  no_tier("q8_2f_columns_avx512");
 }
 
 }  // namespace cortiq::kernels

@@ -12,6 +12,8 @@
 
 namespace cortiq::kernels {
 
+struct WeightPlan;  // weight_plan.h
+
 /// A borrowed view of one tensor. The payload must outlive every use of the view.
 /// Matrices are `[rows, cols]` row-major (HF Linear layout `[out_features, in_features]`);
 /// 1-D tensors are treated as a single row.
@@ -29,6 +31,14 @@ struct WeightView {
   /// Owns the bytes `payload` points into when kernels::prepare_weight re-laid the tensor out in
   /// memory of its own (q4_tiled → q4_block); null while the payload borrows the caller's bytes.
   std::shared_ptr<const void> storage = nullptr;
+  /// The payload parsed and validated once for the SIMD kernels (kernels::prepare_weight; the
+  /// internal weight_plan.h): the products of a view that carries one skip the per-call parsing
+  /// (quant::validate_payload, the tp / q1s / q1t / vbit views, q8_2f's column field) and give the
+  /// same results bit for bit. Immutable, shared by copies of the view and safe to use from any
+  /// number of threads. Null for a view nobody prepared, which the kernels parse on every call.
+  /// A view whose payload, dtype or shape no longer match its plan is refused
+  /// (Error(InvalidArgument)): reset `plan` (or prepare the view again) after changing them.
+  std::shared_ptr<const WeightPlan> plan = nullptr;
 
   /// shape[0] for tensors of rank >= 2, else 1.
   uint64_t rows() const noexcept { return shape.size() >= 2 ? shape[0] : 1; }
