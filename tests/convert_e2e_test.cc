@@ -15,11 +15,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "cmf/masks.h"
 #include "cmf/reader.h"
+#include "convert/convert.h"
 #include "convert/plan.h"
 #include "convert/safetensors.h"
 #include "quant/codec.h"
@@ -785,6 +788,51 @@ TEST_F(ConvertE2E, BadInputIsATypedErrorAndLeavesNothing) {
   auto r = cortiq::cmf::Reader::open(out.string());
   const auto v = decode_all(r, r.tensor("model.layers.0.self_attn.k_proj.weight"));
   EXPECT_EQ(std::count_if(v.begin(), v.end(), [](float x) { return std::isinf(x); }), 1);
+}
+
+// Task masks written into a file (convert::write_with_masks) come back bit for bit, the file
+// verifies, the tensors are the input's, and `cortiq bench --task` runs under the mask: a quarter
+// of the FFN alive, its gate/up rows gathered (a q8 file: per-row bytes).
+TEST_F(ConvertE2E, MasksWrittenIntoAFileRunUnderBenchTask) {
+  NEED_PYTHON();
+  const auto m = gen("mk", "--family qwen2 --seed 23 --tokenizer qwen2.5 --tied");
+  const fs::path q8 = dir_ / "mk_q8.cmf", out = dir_ / "mk_masked.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + m.string() + " --quant q8 -o " + q8.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const auto a = cortiq::cmf::Reader::open(q8.string());
+  cortiq::cmf::MaskCatalog cat;
+  cat.masks.push_back(cortiq::cmf::make_random_ffn_mask(a.header().arch, "quarter", 0, 0.25, 7));
+  cat.masks.push_back(cortiq::cmf::make_random_ffn_mask(a.header().arch, "most", 1, 0.75, 8));
+  cortiq::convert::write_with_masks(q8.string(), out.string(), cat, false);
+  const auto b = cortiq::cmf::Reader::open(out.string());
+  EXPECT_TRUE(b.verify().empty());
+  ASSERT_EQ(b.tensors().size(), a.tensors().size());
+  for (size_t i = 0; i < b.tensors().size(); ++i) EXPECT_EQ(b.tensors()[i].hash, a.tensors()[i].hash);
+  const auto got = cortiq::cmf::decode_masks(b.masks_bytes(), b.header().arch);
+  ASSERT_EQ(got.masks.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got.masks[i].name, cat.masks[i].name);
+    EXPECT_EQ(got.masks[i].ffn, cat.masks[i].ffn);
+  }
+  const uint32_t W = a.header().arch.intermediate_size;
+  EXPECT_EQ(got.masks[0].ffn.count_row(0), static_cast<uint32_t>(std::llround(0.25 * W)));
+  EXPECT_NE(got.masks[0].ffn.row(0)[0] | got.masks[0].ffn.row(1)[0], 0xFF);  // random, not a prefix
+
+  log = cli("bench " + out.string() + " --task quarter -p 0 -n 4 -r 1 -t 1 --json", &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const auto j = nlohmann::json::parse(log.substr(log.find('[')));
+  ASSERT_FALSE(j.empty());
+  EXPECT_EQ(j[0]["task"], "quarter");
+  EXPECT_NEAR(j[0]["ffn_alive_fraction"].get<double>(), 0.25, 0.01);
+  EXPECT_GT(j[0]["gathered_bytes"].get<uint64_t>(), 0u);
+  log = cli("bench " + out.string() + " --task most -p 0 -n 4 -r 1 -t 1 --json", &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const auto j2 = nlohmann::json::parse(log.substr(log.find('[')));
+  EXPECT_EQ(j2[0]["gathered_bytes"].get<uint64_t>(), 0u) << "75% alive: above the gather threshold";
+  log = cli("bench " + out.string() + " --task nope -p 0 -n 4 -r 1 -t 1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(log.find("quarter"), std::string::npos) << "the error lists the tasks: " << log;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ struct BenchArgs {
   std::string model, json_file;
   size_t n_prompt = 512, n_gen = 128, reps = 5;
   std::string threads_list = "1,2", parallel_list = "1";
+  std::string task = "off";
   uint64_t seed = 42;
   double bw_mib = 0;
   bool json = false, progress = false;
@@ -55,6 +56,7 @@ void bench_cmd(const BenchArgs& a) {
   o.seed = a.seed;
   o.exact = a.load.exact;
   o.no_mmap = a.load.no_mmap;
+  o.task = a.task;
   if (a.bw_mib < 0) fail(ErrorKind::InvalidArgument, "--bw-mib {} must be >= 0", a.bw_mib);
   o.bandwidth_bytes = static_cast<uint64_t>(a.bw_mib * 1024.0 * 1024.0);
   runtime::bench::BenchProgress prog;
@@ -96,6 +98,9 @@ void setup(CLI::App& root) {
                 "comma-separated decode sequence counts (1): B > 1 decodes B sequences per step in one "
                 "batched pass, as serve --parallel does; test tg<n>x<B>, aggregate t/s");
   c->add_option("--seed", a->seed, "token-id RNG seed (42)");
+  c->add_option("--task", a->task,
+                "run the tests under this task mask of the file (off = dense, the default; '' = the "
+                "file's fallback); a mask keeping <= 50% of a layer's FFN reads only its alive rows");
   c->add_option("--bw-mib", a->bw_mib,
                 "bandwidth read-buffer size in MiB (default 2 x LLC within [256, 1024])");
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");

@@ -2,7 +2,10 @@
 #include "cmf/masks.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include "cmf/json_util.h"
@@ -127,6 +130,27 @@ TaskMask make_full_mask(const ModelArch& arch, std::string name, uint32_t task_i
   m.heads = BitRows(arch.num_layers, arch.num_attention_heads, true);
   m.layer_gates = BitRows(1, arch.num_layers, true);
   if (with_experts && arch.moe) m.experts = BitRows(arch.num_layers, arch.moe->num_experts, true);
+  return m;
+}
+
+TaskMask make_random_ffn_mask(const ModelArch& arch, std::string name, uint32_t task_id, double keep,
+                              uint64_t seed) {
+  if (!(keep >= 0.0 && keep <= 1.0))
+    fail(ErrorKind::InvalidArgument, "mask '{}': keep fraction {} is outside [0, 1]", name, keep);
+  TaskMask m = make_full_mask(arch, std::move(name), task_id);
+  const uint32_t W = arch.intermediate_size;
+  const auto k = static_cast<uint32_t>(std::llround(keep * W));
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> ids(W);
+  for (uint32_t l = 0; l < arch.num_layers; ++l) {
+    std::iota(ids.begin(), ids.end(), 0u);
+    for (uint32_t i = 0; i < k; ++i) {
+      std::uniform_int_distribution<uint32_t> pick(i, W - 1);
+      std::swap(ids[i], ids[pick(rng)]);
+    }
+    for (uint32_t i = k; i < W; ++i) m.ffn.set(l, ids[i], false);
+  }
+  m.sparsity = W ? 1.0f - static_cast<float>(k) / static_cast<float>(W) : 0.0f;
   return m;
 }
 

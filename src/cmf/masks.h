@@ -92,6 +92,14 @@ struct MaskCatalog {
 /// `with_experts`).
 TaskMask make_full_mask(const ModelArch& arch, std::string name, uint32_t task_id, bool with_experts = false);
 
+/// make_full_mask with round(keep · intermediate_size) FFN neurons kept per layer, chosen uniformly
+/// at random (std::mt19937_64 from `seed`, a partial Fisher–Yates shuffle per layer); heads, layer
+/// gates and experts stay open; `sparsity` = 1 − kept/all. The random baseline a found mask is
+/// compared with, and the fixture of `cortiq bench --task`. Throws Error(InvalidArgument) for keep
+/// outside [0, 1].
+TaskMask make_random_ffn_mask(const ModelArch& arch, std::string name, uint32_t task_id, double keep,
+                              uint64_t seed);
+
 /// Decodes the masks section bytes against the arch (FORMAT-NOTES §1.11): n_masks == meta length,
 /// blob_off ≡ 0 mod 8 and inside the section, blob_len one of legacy/loop × with/without experts,
 /// expert fields only on a MoE arch, tail bits zero. Throws Error(Parse|Bounds) naming the mask.

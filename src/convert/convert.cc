@@ -565,7 +565,11 @@ ConvertResult requant_file(const RequantOptions& opt) {
   return res;
 }
 
-ConvertResult compact_file(const std::string& input, const std::string& output, bool progress) {
+namespace {
+
+/// compact_file's body; `masks` non-null replaces the masks section.
+ConvertResult copy_tight(const std::string& input, const std::string& output, bool progress,
+                         const cmf::MaskCatalog* masks) {
   ConvertResult res;
   cmf::Reader r = cmf::Reader::open(input);
   r.check_sections();  // as requant: nothing damaged gets fresh hashes
@@ -590,14 +594,33 @@ ConvertResult compact_file(const std::string& input, const std::string& output, 
   std::vector<cmf::DirRecord> dir;
   for (const auto& t : r.tensors()) dir.push_back({t.name, t.dtype, t.shape});
   wo.reserve_bytes = cmf::kEnvelopeSize + r.header_bytes().size() + 1024 + cmf::encode_directory(dir).size();
+  std::vector<uint8_t> new_masks;
+  if (masks) {
+    new_masks = cmf::encode_masks(*masks, r.header().arch);  // before the output exists
+    wo.reserve_bytes += 4096;                                // the header's masks hash and features may grow
+  }
   cmf::Writer w(output, wo);
-  if (!r.masks_bytes().empty()) w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
+  if (masks)
+    w.set_masks_raw(std::move(new_masks));
+  else if (!r.masks_bytes().empty())
+    w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
-  run_pipeline(jobs, w, 1, true, progress, "compacting");
+  run_pipeline(jobs, w, 1, true, progress, masks ? "copying" : "compacting");
   res.outputs = w.finish(r.header());
   for (const auto& j : jobs) res.input_bytes += j.source_bytes;
   res.tensors = jobs.size();
   return res;
+}
+
+}  // namespace
+
+ConvertResult compact_file(const std::string& input, const std::string& output, bool progress) {
+  return copy_tight(input, output, progress, nullptr);
+}
+
+ConvertResult write_with_masks(const std::string& input, const std::string& output,
+                               const cmf::MaskCatalog& masks, bool progress) {
+  return copy_tight(input, output, progress, &masks);
 }
 
 }  // namespace cortiq::convert

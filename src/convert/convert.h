@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cmf/masks.h"
 #include "convert/plan.h"
 
 namespace cortiq::convert {
@@ -66,5 +67,11 @@ ConvertResult requant_file(const RequantOptions& opt);
 /// Rewrites a CMF file tightly: every tensor payload copied verbatim in directory order, header,
 /// masks and vocab carried over, section hashes regenerated, no sparse index (decision 4).
 ConvertResult compact_file(const std::string& input, const std::string& output, bool progress = true);
+
+/// compact_file with the masks section replaced by `masks` (encoded against the input's arch):
+/// how task masks found by a compile, or made for a benchmark, enter a file. Throws
+/// Error(InvalidArgument) when a mask's bit shapes disagree with the arch, else like compact_file.
+ConvertResult write_with_masks(const std::string& input, const std::string& output,
+                               const cmf::MaskCatalog& masks, bool progress = true);
 
 }  // namespace cortiq::convert

@@ -82,4 +82,9 @@ float sigmoid_dot(const float* w, const float* x, size_t n) {
   return static_cast<float>(1.0 / (1.0 + std::exp(-s)));
 }
 
+void expand_cols(const float* x, std::span<const uint32_t> idx, size_t width, float* y) {
+  std::fill(y, y + width, 0.0f);
+  for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] = x[j];
+}
+
 }  // namespace cortiq::kernels

@@ -44,6 +44,10 @@ void gather_rows_f32(const float* x, std::span<const size_t> rows, size_t cols, 
 /// y[rows[j], ·] = x[j, ·] for j < rows.size() (the inverse of gather_rows_f32).
 void scatter_rows_f32(const float* x, std::span<const size_t> rows, size_t cols, float* y);
 
+/// y[0, width) = 0 except y[idx[j]] = x[j] for j < idx.size() (a compact row of alive neurons
+/// spread back to the full width; idx entries < width). x: [idx.size()], y: [width].
+void expand_cols(const float* x, std::span<const uint32_t> idx, size_t width, float* y);
+
 /// How MoE routing weighs the kept experts (spec §2.2, ENGINE-NOTES §3.8).
 struct MoeRouting {
   size_t top_k = 1;

@@ -139,5 +139,13 @@ TEST(Elementwise, SigmoidDot) {
   EXPECT_EQ(sigmoid_dot(w.data(), x.data(), 0), 0.5f);
 }
 
+TEST(Elementwise, ExpandColsSpreadsACompactRow) {
+  const std::vector<float> x = {1.5f, -2.0f, 3.0f};
+  const std::vector<uint32_t> idx = {0, 4, 6};
+  std::vector<float> y(7, 9.0f);
+  expand_cols(x.data(), idx, 7, y.data());
+  EXPECT_EQ(y, (std::vector<float>{1.5f, 0, 0, 0, -2.0f, 0, 3.0f}));
+}
+
 }  // namespace
 }  // namespace cortiq::kernels

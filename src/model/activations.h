@@ -18,6 +18,7 @@
 namespace cortiq::model {
 
 struct Variant;
+struct GatheredFfn;
 
 /// One layer's values of the last forward pass, kept when Activations::keep is set. Shapes per row
 /// of the call: [R, ·] with the widths given.
@@ -41,11 +42,16 @@ struct Activations {
   std::vector<KvLayer*> row_kv;             ///< [R] the current layer's cache of each row's sequence
   std::vector<const uint8_t*> row_heads;    ///< [R] the current layer's alive heads (nullptr = all)
   std::vector<const uint8_t*> row_neurons;  ///< [R] the current layer's alive FFN neurons (nullptr = all)
+  std::vector<const GatheredFfn*>
+      row_gathered;  ///< [R] the current layer's gathered gate/up (nullptr = full)
   std::vector<const std::vector<uint8_t>*> row_experts;  ///< [R] routable experts (nullptr = all)
   // The residual stream and the blocks' intermediates.
   LineVec<float> h, n, tmp;                         ///< [R, hidden]: residual, normed, block output
   LineVec<float> qraw, k, v, q, gate, att;          ///< attention projections and output
   LineVec<float> ffn_g, ffn_u;                      ///< [R, intermediate]
+  LineVec<float> ffn_x, ffn_cg, ffn_cu;             ///< one gathered group: its input rows, compact gate/up
+  std::vector<size_t> ffn_rows;                     ///< the rows of that group
+  std::vector<uint8_t> ffn_done;                    ///< [R] rows whose gate/up are computed
   std::vector<float> moe_logits, moe_pf, moe_y;     ///< router logits [R, E], probs [E], expert out [hidden]
   std::vector<double> moe_p;                        ///< [E]
   std::vector<size_t> moe_cand;                     ///< routable experts of the current row

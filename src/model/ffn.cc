@@ -5,22 +5,72 @@
 
 #include "kernels/elementwise.h"
 #include "model/blocks.h"
+#include "model/variant.h"
 #include "util/error.h"
 
 namespace cortiq::model {
 
 namespace {
 
+/// g, u [T, width] = gate·x, up·x, where a row whose variant gathered this layer (gathered[t]) reads
+/// only its alive rows of gate/up (the dead neurons' values are 0, which the mask gives them anyway).
+/// Rows are computed in groups that share a GatheredFfn (or the full matrices), one matmul a group:
+/// a row's product does not depend on the other rows of the call, so this equals one full call on
+/// every alive neuron bit for bit.
+void project_gathered(const BlockEnv& env, const FfnWeights& f, const GatheredFfn* const* gathered,
+                      const float* x, size_t T, float* g, float* u, Activations& ws) {
+  const size_t W = f.width, Hd = f.gate.cols();
+  ws.ffn_done.assign(T, 0);
+  for (size_t t0 = 0; t0 < T; ++t0) {
+    if (ws.ffn_done[t0]) continue;
+    const GatheredFfn* gf = gathered[t0];
+    ws.ffn_rows.clear();
+    for (size_t t = t0; t < T; ++t)
+      if (!ws.ffn_done[t] && gathered[t] == gf) {
+        ws.ffn_rows.push_back(t);
+        ws.ffn_done[t] = 1;
+      }
+    const size_t n = ws.ffn_rows.size(), K = gf ? gf->ids.size() : W;
+    const float* xs = x;
+    if (n != T) {
+      float* xb = grow(ws.ffn_x, n * Hd);
+      kernels::gather_rows_f32(x, ws.ffn_rows, Hd, xb);
+      xs = xb;
+    }
+    float* cg = grow(ws.ffn_cg, n * K);
+    float* cu = grow(ws.ffn_cu, n * K);
+    const kernels::WeightView* gu[] = {gf ? &gf->gate : &f.gate, gf ? &gf->up : &f.up};
+    float* const gu_out[] = {cg, cu};
+    env.ops.matmul_multi(gu, xs, n, gu_out, env.pool);
+    if (!gf) {
+      kernels::scatter_rows_f32(cg, ws.ffn_rows, W, g);
+      kernels::scatter_rows_f32(cu, ws.ffn_rows, W, u);
+      continue;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const size_t t = ws.ffn_rows[j];
+      kernels::expand_cols(cg + j * K, gf->ids, W, g + t * W);
+      kernels::expand_cols(cu + j * K, gf->ids, W, u + t * W);
+    }
+  }
+}
+
 /// out[T, hidden] = down(act(gate·x) · up·x) for T rows of x; `alive` (nullable, [T]) gives each
-/// row's alive-neuron bytes (nullptr = all).
-void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* alive, const float* x,
-               size_t T, float* out, Activations& ws, KeptLayer* kept) {
+/// row's alive-neuron bytes (nullptr = all), `gathered` (nullable, [T]) its gathered gate/up rows
+/// (nullptr = the full matrices; ignored while intermediates are kept, which want every neuron).
+void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* alive,
+               const GatheredFfn* const* gathered, const float* x, size_t T, float* out, Activations& ws,
+               KeptLayer* kept) {
   const size_t W = f.width;
   float* g = grow(ws.ffn_g, T * W);
   float* u = grow(ws.ffn_u, T * W);
-  const kernels::WeightView* gu[] = {&f.gate, &f.up};
-  float* const gu_out[] = {g, u};
-  env.ops.matmul_multi(gu, x, T, gu_out, env.pool);  // one pool hand-off for both projections
+  if (!kept && gathered && std::any_of(gathered, gathered + T, [](const GatheredFfn* p) { return p; })) {
+    project_gathered(env, f, gathered, x, T, g, u, ws);
+  } else {
+    const kernels::WeightView* gu[] = {&f.gate, &f.up};
+    float* const gu_out[] = {g, u};
+    env.ops.matmul_multi(gu, x, T, gu_out, env.pool);  // one pool hand-off for both projections
+  }
   if (kept) {
     kept->gate.assign(g, g + T * W);
     kept->up.assign(u, u + T * W);
@@ -64,11 +114,11 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
     std::fill(out, out + Hd, 0.0f);
     kernels::moe_route(logits, cand, routing, p, pf, ws.moe_route);
     for (const auto& [e, wf] : ws.moe_route) {
-      dense_ffn(env, L.moe.experts[e], nullptr, x, 1, y, ws, nullptr);
+      dense_ffn(env, L.moe.experts[e], nullptr, nullptr, x, 1, y, ws, nullptr);
       kernels::axpy_inplace(out, wf, y, Hd);
     }
     if (L.moe.shared) {
-      dense_ffn(env, *L.moe.shared, nullptr, x, 1, y, ws, nullptr);
+      dense_ffn(env, *L.moe.shared, nullptr, nullptr, x, 1, y, ws, nullptr);
       const float gw =
           L.moe.shared_gate.empty() ? 1.0f : kernels::sigmoid_dot(L.moe.shared_gate.data(), x, Hd);
       kernels::axpy_inplace(out, gw, y, Hd);
@@ -85,7 +135,7 @@ void ffn_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activations
   if (L.is_moe)
     moe_ffn(env, L, n, R, tmp, ws);
   else
-    dense_ffn(env, L.ffn, ws.row_neurons.data(), n, R, tmp, ws, kept);
+    dense_ffn(env, L.ffn, ws.row_neurons.data(), ws.row_gathered.data(), n, R, tmp, ws, kept);
   float* h = ws.h.data();
   for (size_t r = 0; r < R; ++r) {
     float* ft = tmp + r * Hd;

@@ -141,7 +141,10 @@ class Model {
   /// Compiles a task mask for this model, once: nullptr for none, and for a mask with every bit
   /// open (dropped, ENGINE-NOTES §3.11 — the result is identical either way). Throws
   /// Error(InvalidArgument) when the mask's shapes disagree with the arch or a layer's width.
-  std::shared_ptr<const Variant> compile_variant(const cmf::TaskMask* mask) const;
+  /// Layers at most opt.gather_at_most alive get their alive gate/up rows copied (GatheredFfn):
+  /// the same results, fewer weight bytes read per token, Variant::gathered_bytes more memory.
+  std::shared_ptr<const Variant> compile_variant(const cmf::TaskMask* mask,
+                                                 const VariantOptions& opt = {}) const;
   /// Thread pool used by the kernels.
   /// The kernel table every matmul, attention and activation of this model uses.
   const kernels::Ops& ops() const noexcept;

@@ -4,6 +4,7 @@
 // double from the tensors themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cmf/tensor_names.h"
@@ -203,6 +204,67 @@ TEST(Kernels, TwoModelsInOneProcessKeepTheirOwnTable) {
     EXPECT_EQ(logits(*fast), want_fast);
   }
   EXPECT_EQ(exact->ops().config().mode, kernels::MatmulMode::Exact);
+}
+
+// A mask that keeps a quarter of every layer's neurons: compiled with row gather (the alive gate/up
+// rows copied) and without it (every neuron computed, the dead ones zeroed), the logits of a prefill
+// and of batched decode steps are the same bit for bit, in every codec that can gather, with the
+// gathered sequence sharing its steps with a dense one and one under the ungathered variant.
+TEST(Variant, GatheredFfnEqualsMaskedFull) {
+  for (std::optional<quant::DType> dt :
+       {std::optional<quant::DType>{}, std::optional{quant::DType::Q8Row},
+        std::optional{quant::DType::Q4Tiled}, std::optional{quant::DType::Q8_2F}}) {
+    SCOPED_TRACE(dt ? std::string(quant::dtype_name(*dt)) : "f32");
+    auto c = load_case("qwen2", dt);
+    ASSERT_TRUE(c);
+    auto m = Model::bind(c->arch, c->src, {2});
+    cmf::TaskMask mask = cmf::make_full_mask(c->arch, "quarter", 0);
+    for (uint32_t l = 0; l < c->arch.num_layers; ++l)
+      for (uint32_t i = 0; i < mask.ffn.cols(); ++i) mask.ffn.set(l, i, (i * 7 + l) % 4 == 0);
+    const auto gathered = m->compile_variant(&mask);
+    const auto full = m->compile_variant(&mask, {.gather_at_most = -1.0});
+    ASSERT_TRUE(gathered && full);
+    for (uint32_t l = 0; l < c->arch.num_layers; ++l) {
+      ASSERT_TRUE(gathered->ffn_gathered[l]) << "layer " << l;
+      EXPECT_FALSE(full->ffn_gathered[l]);
+      EXPECT_EQ(gathered->ffn_gathered[l]->ids, gathered->ffn_index[l]);
+    }
+    EXPECT_EQ(full->gathered_bytes(), 0u);
+    EXPECT_GT(gathered->gathered_bytes(), 0u);
+
+    const size_t V = m->vocab_size();
+    std::vector<KvCache> kv;
+    for (int i = 0; i < 4; ++i) kv.emplace_back(c->arch, 64);
+    std::vector<std::vector<float>> lg(4, std::vector<float>(V));
+    // seq 0: gathered, 1: full (ungathered) variant, 2: dense, 3: gathered alone per step
+    const Variant* var[] = {gathered.get(), full.get(), nullptr};
+    std::vector<std::vector<uint32_t>> now(3, c->prompt);
+    std::vector<uint32_t> now3 = c->prompt;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<SeqStep> steps;
+      for (size_t s = 0; s < 3; ++s) steps.push_back({now[s], &kv[s], lg[s], false, var[s]});
+      m->forward_batch(steps);
+      m->forward(now3, kv[3], lg[3], LogitsMode::Last, gathered.get());
+      ASSERT_EQ(lg[0], lg[1]) << "step " << step;
+      ASSERT_EQ(lg[3], lg[1]) << "step " << step;
+      EXPECT_NE(lg[2], lg[1]) << "the mask changes the result";
+      const auto next = static_cast<uint32_t>(std::max_element(lg[1].begin(), lg[1].end()) - lg[1].begin());
+      now = {{next}, {next}, {next}};
+      now3 = {next};
+    }
+  }
+}
+
+// A codec without per-row bytes (q4tp: row ladders) keeps the full read.
+TEST(Variant, NoGatherWhereTheCodecKeepsNoRows) {
+  auto c = load_case("qwen2", quant::DType::Q4TP);
+  ASSERT_TRUE(c);
+  auto m = Model::bind(c->arch, c->src, {1});
+  cmf::TaskMask mask = cmf::make_full_mask(c->arch, "quarter", 0);
+  for (uint32_t i = 0; i < mask.ffn.cols(); i += 2) mask.ffn.set(0, i, false);
+  const auto v = m->compile_variant(&mask);
+  ASSERT_TRUE(v);
+  EXPECT_FALSE(v->ffn_gathered[0]);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "model/variant.h"
 
+#include "kernels/kernels.h"
 #include "model/model_impl.h"
+#include "quant/row_gather.h"
 #include "util/error.h"
 
 namespace cortiq::model {
@@ -15,7 +17,36 @@ double Variant::ffn_alive_fraction() const noexcept {
   return all ? static_cast<double>(alive) / static_cast<double>(all) : 1.0;
 }
 
-std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) const {
+uint64_t Variant::gathered_bytes() const noexcept {
+  uint64_t n = 0;
+  for (const auto& g : ffn_gathered)
+    if (g) n += g->gate_bytes.size() + g->up_bytes.size();
+  return n;
+}
+
+namespace {
+
+/// The gate/up rows of `ids` of f, or null when either codec keeps no per-row bytes.
+std::unique_ptr<const GatheredFfn> gather_ffn(const FfnWeights& f, const std::vector<uint32_t>& ids) {
+  if (ids.empty() || !quant::can_gather_rows(f.gate.dtype, f.gate.cols()) ||
+      !quant::can_gather_rows(f.up.dtype, f.up.cols()))
+    return nullptr;
+  auto g = std::make_unique<GatheredFfn>();
+  g->ids = ids;
+  const auto take = [&](const kernels::WeightView& w, std::vector<uint8_t>& bytes, kernels::WeightView& out) {
+    bytes = *quant::gather_rows(w.dtype, w.rows(), w.cols(), w.payload, ids, w.name);
+    out = kernels::WeightView{w.dtype, {ids.size(), w.cols()}, bytes, w.name + "[alive rows]"};
+    kernels::prepare_weight(out);
+  };
+  take(f.gate, g->gate_bytes, g->gate);
+  take(f.up, g->up_bytes, g->up);
+  return g;
+}
+
+}  // namespace
+
+std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m,
+                                                      const VariantOptions& opt) const {
   if (!m) return nullptr;
   const Weights& w = *impl_->w;
   const auto& a = w.arch;
@@ -29,6 +60,7 @@ std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) co
   v->head_alive.assign(a.num_layers, {});
   v->ffn_alive.assign(a.num_layers, {});
   v->ffn_index.assign(a.num_layers, {});
+  v->ffn_gathered.resize(a.num_layers);
   for (uint32_t l = 0; l < a.num_layers; ++l) {
     v->layer_alive[l] = m->gate(l);
     all_open &= v->layer_alive[l] != 0;
@@ -48,6 +80,8 @@ std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m) co
     if (!L.is_moe && width < L.ffn.width)
       fail(ErrorKind::InvalidArgument, "task mask '{}': FFN rows have {} bits, layer {} has {} neurons",
            m->name, width, l, L.ffn.width);
+    if (!L.is_moe && width && static_cast<double>(v->ffn_index[l].size()) <= opt.gather_at_most * width)
+      v->ffn_gathered[l] = gather_ffn(L.ffn, v->ffn_index[l]);
   }
   if (m->experts) {
     if (!a.moe || m->experts->rows() != a.num_layers)

@@ -327,7 +327,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
   for (size_t threads : opt.threads) {
     LoadOptions lo;
     lo.threads = threads;
-    lo.task = "off";
+    lo.task = opt.task;
     lo.exact = opt.exact;  // this model's kernel table (kernels::Ops)
     lo.no_mmap = opt.no_mmap;
     LoadedModel lm = load_model(path, lo);
@@ -351,6 +351,9 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     }
     model::Model& m = *lm.model;
     const model::Variant* var = lm.variant.get();  // the task mask load_model chose (--task)
+    rep.task = var ? var->name : "off";
+    rep.ffn_alive = var ? var->ffn_alive_fraction() : 1.0;
+    rep.gathered_bytes = var ? var->gathered_bytes() : 0;
     uint64_t vocab = m.vocab_size();
     if (const auto* e = r.find(cmf::tensor_name(cmf::TensorRole::Embed)); e && !e->shape.empty())
       vocab = std::min<uint64_t>(vocab, e->shape[0]);
@@ -501,6 +504,9 @@ std::string to_markdown(const BenchReport& r) {
       "model: `{}` · file {} · weights {} · params {} · decode reads {} per token · matmul mode: {} ({})\n\n",
       r.model_path, format_size(r.file_bytes), format_size(r.weights.total_bytes),
       format_params(r.weights.params), format_size(r.weights.decode_bytes_per_token), r.mode, kern);
+  if (r.task != "off")
+    s += fmt::format("task: {} · FFN {:.1f}% alive · gathered gate/up rows {}\n\n", r.task,
+                     100.0 * r.ffn_alive, format_size(r.gathered_bytes));
   for (size_t i = 0; i < r.rss_bytes.size() && i < r.kv_bytes.size(); ++i) {
     const uint64_t limit = r.file_bytes + r.kv_bytes[i] + (uint64_t{100} << 20);
     s += fmt::format(
@@ -557,6 +563,9 @@ nlohmann::json to_json(const BenchReport& r) {
     o["bound_ts"] = t.bound_ts ? nlohmann::json(*t.bound_ts) : nlohmann::json(nullptr);
     o["exact"] = r.exact_requested;
     o["matmul_mode"] = r.mode;
+    o["task"] = r.task;
+    o["ffn_alive_fraction"] = r.ffn_alive;
+    o["gathered_bytes"] = r.gathered_bytes;
     o["dtype_kernel"] = r.dtype_kernel;
     o["load"] = r.load;
     for (size_t i = 0; i < r.bandwidth.size(); ++i)

@@ -137,8 +137,12 @@ struct BenchOptions {
   /// pass over the weights serves all B tokens: what `cortiq serve --parallel` does with B active
   /// streams); its test is "tg<n_gen>x<B>" and its t/s is the aggregate over the B sequences.
   std::vector<size_t> parallel{1};
-  uint64_t seed = 42;            ///< token-id RNG seed (std::mt19937_64)
-  bool exact = false;            ///< ask for the f32-activation kernels (LoadOptions::exact)
+  uint64_t seed = 42;  ///< token-id RNG seed (std::mt19937_64)
+  bool exact = false;  ///< ask for the f32-activation kernels (LoadOptions::exact)
+  /// Task mask the tests run under (LoadOptions::task): "off" = none (dense), "" = the file's
+  /// fallback. A mask keeping ≤ 50 % of a layer's FFN reads only its alive gate/up rows
+  /// (model::GatheredFfn), which is what decode time shows falling with the alive fraction.
+  std::string task = "off";
   bool no_mmap = false;          ///< LoadOptions::no_mmap (huge-page anonymous copy)
   uint64_t bandwidth_bytes = 0;  ///< 0 = default_bandwidth_buffer_bytes()
   size_t bandwidth_passes = 5;   ///< passes of the measurement at the start of each thread count
@@ -190,6 +194,9 @@ struct BenchReport {
   std::map<std::string, std::string> dtype_kernel;
   std::vector<Bandwidth> bandwidth;  ///< one per thread count
   std::string load;                  ///< "mmap" or "memory" (LoadOptions::no_mmap)
+  std::string task = "off";          ///< the task mask the tests ran under ("off" = dense)
+  double ffn_alive = 1.0;            ///< its alive FFN fraction (model::Variant::ffn_alive_fraction)
+  uint64_t gathered_bytes = 0;       ///< its gathered gate/up rows (model::Variant::gathered_bytes)
   /// Per thread count: the process's resident set (VmRSS, bytes) after its tests, with the model
   /// loaded and its KV cache allocated (the bandwidth buffer is freed by then), the KV cache's
   /// bytes, and the anonymous huge-page bytes (AnonHugePages of /proc/self/smaps_rollup).
