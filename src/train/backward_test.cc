@@ -1,0 +1,87 @@
+// lm_loss_backward (backward.h) against PyTorch autograd in float64 (tests/oracles/grad_oracle.py →
+// tests/golden/grad/<family>.json) on the forward-parity models: the loss and the gradient of
+// every tensor, for llama, qwen2 (q/k/v biases), qwen3 (q/k norms) and llama3 rope scaling.
+#include "train/backward.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kernels/ops.h"
+#include "model/test_support.h"
+#include "util/error.h"
+
+namespace cortiq::train {
+namespace {
+
+std::unique_ptr<model::Model> exact_model(const model::test::Case& c) {
+  model::ModelOptions o;
+  o.threads = 1;
+  o.kernels = kernels::KernelConfig{kernels::MatmulMode::Exact, kernels::simd_tier()};
+  return model::Model::bind(c.arch, c.src, o);
+}
+
+class GradOracle : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GradOracle, LossAndEveryGradientMatchTorch) {
+  const std::string fam = GetParam();
+  auto c = model::test::load_case(fam);
+  ASSERT_TRUE(c);
+  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/grad/" + fam + ".json");
+  ASSERT_TRUE(f) << "golden missing: run tests/oracles/grad_oracle.py";
+  const auto gold = nlohmann::json::parse(f);
+  ASSERT_EQ(gold["prompt"].get<std::vector<uint32_t>>(), c->prompt);
+  auto m = exact_model(*c);
+  Grads g;
+  const double loss = lm_loss_backward(*m, c->prompt, g);
+  EXPECT_NEAR(loss, gold["loss"].get<double>(), 1e-5 * gold["loss"].get<double>());
+  size_t checked = 0;
+  for (const auto& [name, want_j] : gold["grads"].items()) {
+    const auto want = want_j.get<std::vector<double>>();
+    ASSERT_TRUE(g.count(name)) << "no gradient for " << name;
+    const auto& got = g.at(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    double scale = 0.0, worst = 0.0;
+    size_t at = 0;
+    for (double x : want) scale = std::max(scale, std::abs(x));
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::abs(got[i] - want[i]) > worst) worst = std::abs(got[i] - want[i]), at = i;
+    EXPECT_LE(worst, 1e-4 * scale) << name << "[" << at << "]: " << got[at] << " vs torch " << want[at]
+                                   << " (largest |grad| " << scale << ")";
+    ++checked;
+  }
+  EXPECT_EQ(checked, g.size()) << "a gradient torch has no tensor for";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GradOracle, ::testing::Values("llama", "qwen2", "qwen3", "llama3_rope"));
+
+TEST(Backward, RefusesWhatItDoesNotCover) {
+  auto c = model::test::load_case("gemma2");
+  ASSERT_TRUE(c);
+  auto m = exact_model(*c);
+  Grads g;
+  try {
+    lm_loss_backward(*m, c->prompt, g);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported) << e.what();
+  }
+  auto q = model::test::load_case("llama");
+  model::ModelOptions fast;
+  fast.kernels = kernels::KernelConfig{kernels::MatmulMode::Fast, kernels::simd_tier()};
+  auto mf = model::Model::bind(q->arch, q->src, fast);
+  try {
+    lm_loss_backward(*mf, q->prompt, g);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+  }
+  auto me = exact_model(*q);
+  const uint32_t one = 1;
+  EXPECT_THROW(lm_loss_backward(*me, std::span<const uint32_t>(&one, 1), g), Error);
+}
+
+}  // namespace
+}  // namespace cortiq::train

@@ -1,0 +1,154 @@
+// The block backward passes (block_backward.h).
+#include "train/block_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace cortiq::train {
+
+void rmsnorm_backward(const float* x, const float* w, size_t rows, size_t n, double eps, const float* dy,
+                      float* dx, float* dw) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    const float* gr = dy + r * n;
+    double ss = 0.0;
+    for (size_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    double dot = 0.0;  // Σ w·dy·x
+    for (size_t i = 0; i < n; ++i) dot += (w ? w[i] : 1.0) * static_cast<double>(gr[i]) * xr[i];
+    const double c = inv * inv * inv * dot / static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dx) dx[r * n + i] += static_cast<float>(inv * (w ? w[i] : 1.0) * gr[i] - c * xr[i]);
+      if (dw) dw[i] += static_cast<float>(static_cast<double>(gr[i]) * xr[i] * inv);
+    }
+  }
+}
+
+void linear_backward(const float* W, size_t out, size_t in, const float* x, size_t T, const float* dy,
+                     float* dx, float* dW, float* db) {
+  std::vector<double> acc(in);
+  if (dx)
+    for (size_t t = 0; t < T; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t o = 0; o < out; ++o) {
+        const double g = dy[t * out + o];
+        if (g == 0.0) continue;
+        const float* wr = W + o * in;
+        for (size_t i = 0; i < in; ++i) acc[i] += g * wr[i];
+      }
+      for (size_t i = 0; i < in; ++i) dx[t * in + i] += static_cast<float>(acc[i]);
+    }
+  if (dW)
+    for (size_t o = 0; o < out; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t t = 0; t < T; ++t) {
+        const double g = dy[t * out + o];
+        const float* xr = x + t * in;
+        for (size_t i = 0; i < in; ++i) acc[i] += g * xr[i];
+      }
+      for (size_t i = 0; i < in; ++i) dW[o * in + i] += static_cast<float>(acc[i]);
+    }
+  if (db)
+    for (size_t o = 0; o < out; ++o) {
+      double s = 0.0;
+      for (size_t t = 0; t < T; ++t) s += dy[t * out + o];
+      db[o] += static_cast<float>(s);
+    }
+}
+
+void rope_backward(float* d, size_t n_heads, size_t head_dim, const kernels::RopeTable& t, int64_t pos) {
+  const size_t half = t.rotary_dim / 2;
+  const float fpos = static_cast<float>(pos);
+  for (size_t i = 0; i < half; ++i) {
+    const float ang = fpos * t.inv_freq[i];  // the forward's angle and factors, exactly
+    const float c = static_cast<float>(std::cos(static_cast<double>(ang))) * t.scale;
+    const float s = static_cast<float>(std::sin(static_cast<double>(ang))) * t.scale;
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* v = d + h * head_dim;
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c + b * s;
+      v[i + half] = b * c - a * s;
+    }
+  }
+}
+
+void attention_backward(const float* q, const float* k, const float* v, size_t T, size_t n_heads,
+                        size_t n_kv_heads, size_t head_dim, float scale, const float* dout, float* dq,
+                        float* dk, float* dv) {
+  const size_t hd = head_dim, group = n_heads / n_kv_heads, qd = n_heads * hd, kd = n_kv_heads * hd;
+  std::vector<double> p(T), dp(T);
+  for (size_t h = 0; h < n_heads; ++h) {
+    const size_t g = h / group;
+    for (size_t t = 0; t < T; ++t) {
+      const float* qt = q + t * qd + h * hd;
+      const float* dot = dout + t * qd + h * hd;
+      // P of query t over keys 0..t, as the forward's softmax (max-shifted, double)
+      double mx = -INFINITY;
+      for (size_t j = 0; j <= t; ++j) {
+        const float* kj = k + j * kd + g * hd;
+        double s = 0.0;
+        for (size_t i = 0; i < hd; ++i) s += static_cast<double>(qt[i]) * kj[i];
+        p[j] = s * scale;
+        mx = std::max(mx, p[j]);
+      }
+      double sum = 0.0;
+      for (size_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
+      double pdp = 0.0;
+      for (size_t j = 0; j <= t; ++j) {
+        p[j] /= sum;
+        const float* vj = v + j * kd + g * hd;
+        double s = 0.0;
+        for (size_t i = 0; i < hd; ++i) s += static_cast<double>(dot[i]) * vj[i];
+        dp[j] = s;
+        pdp += p[j] * s;
+      }
+      for (size_t j = 0; j <= t; ++j) {
+        const double ds = p[j] * (dp[j] - pdp) * scale;
+        const float* kj = k + j * kd + g * hd;
+        float* dvj = dv + j * kd + g * hd;
+        float* dkj = dk + j * kd + g * hd;
+        float* dqt = dq + t * qd + h * hd;
+        for (size_t i = 0; i < hd; ++i) {
+          dvj[i] += static_cast<float>(p[j] * dot[i]);
+          dqt[i] += static_cast<float>(ds * kj[i]);
+          dkj[i] += static_cast<float>(ds * qt[i]);
+        }
+      }
+    }
+  }
+}
+
+void swiglu_backward(const float* g, const float* u, size_t n, const float* da, float* dg, float* du) {
+  for (size_t i = 0; i < n; ++i) {
+    const double x = g[i], sig = 1.0 / (1.0 + std::exp(-x)), silu = x * sig;
+    dg[i] += static_cast<float>(da[i] * static_cast<double>(u[i]) * sig * (1.0 + x * (1.0 - sig)));
+    du[i] += static_cast<float>(da[i] * silu);
+  }
+}
+
+double cross_entropy(const float* logits, size_t T, size_t vocab, std::span<const uint32_t> targets,
+                     uint32_t ignore, float* dlogits) {
+  size_t N = 0;
+  for (size_t t = 0; t < T; ++t) N += targets[t] != ignore;
+  double loss = 0.0;
+  for (size_t t = 0; t < T; ++t) {
+    const float* lr = logits + t * vocab;
+    float* dr = dlogits + t * vocab;
+    if (targets[t] == ignore) {
+      std::fill(dr, dr + vocab, 0.0f);
+      continue;
+    }
+    const double mx = *std::max_element(lr, lr + vocab);
+    double sum = 0.0;
+    for (size_t j = 0; j < vocab; ++j) sum += std::exp(lr[j] - mx);
+    const double lse = mx + std::log(sum);
+    loss += lse - lr[targets[t]];
+    for (size_t j = 0; j < vocab; ++j)
+      dr[j] = static_cast<float>((std::exp(lr[j] - lse) - (j == targets[t] ? 1.0 : 0.0)) /
+                                 static_cast<double>(N));
+  }
+  return N ? loss / static_cast<double>(N) : 0.0;
+}
+
+}  // namespace cortiq::train

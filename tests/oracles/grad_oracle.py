@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""Gradient oracle for the backward pass (issue 29 item 2): PyTorch autograd in float64.
+
+The models are the forward-parity ones (fwd_oracle.py: the same configs, deterministic weights and
+prompts, so src/train/backward_test.cc regenerates identical f32 weights from
+tests/golden/forward/<family>.json). The loss is the mean next-token cross-entropy over the prompt
+(row t predicts prompt[t+1]); its value and the gradient of every tensor are written to
+tests/golden/grad/<family>.json.
+
+Run: /usr/bin/python3 tests/oracles/grad_oracle.py   (needs Debian python3-torch)
+"""
+import json, os, sys
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fwd_oracle as fo  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "grad")
+FAMILIES = ["llama", "qwen2", "qwen3", "llama3_rope"]
+
+
+def main():
+    torch.set_grad_enabled(True)
+    # fwd_oracle computes norms and softmax in .float(): here everything is float64.
+    torch.Tensor.float = lambda self: self.double()
+    torch.set_default_dtype(torch.float64)
+    os.makedirs(OUT, exist_ok=True)
+    names = list(fo.FAMILIES.keys())
+    for fam in FAMILIES:
+        c = dict(fo.BASE)
+        c.update(fo.FAMILIES[fam])
+        seed = 1000 + names.index(fam)
+        tl = fo.tensors_for(c)
+        W = {n: fo.gen_tensor(seed, n, s, k).double().requires_grad_(True) for n, s, k in tl}
+        rng = np.random.default_rng(seed)
+        prompt = [int(x) for x in rng.integers(0, c["vocab"], 12)]
+        logits = fo.forward(c, W, prompt)
+        loss = torch.nn.functional.cross_entropy(logits[:-1].double(), torch.tensor(prompt[1:]))
+        loss.backward()
+        doc = dict(family=fam, seed=seed, oracle="tests/oracles/grad_oracle.py (PyTorch %s, float64)" % torch.__version__,
+                   prompt=prompt, loss=float(loss),
+                   grads={n: [float("%.9g" % x) for x in W[n].grad.reshape(-1).tolist()] for n, _, _ in tl})
+        with open(os.path.join(OUT, fam + ".json"), "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        print(fam, "loss", float(loss))
+
+
+if __name__ == "__main__":
+    main()
