@@ -37,11 +37,12 @@ void check_fd(std::vector<double> x, const std::function<double(const std::vecto
     fd[i] = (up - dn) / (2 * eps);
     scale = std::max(scale, std::abs(fd[i]));
   }
-  for (size_t i = 0; i < x.size(); ++i)
-    EXPECT_NEAR(grad[i], fd[i], tol * scale) << what << "[" << i << "]";
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(grad[i], fd[i], tol * scale) << what << "[" << i << "]";
 }
 
-std::vector<double> dbl(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> dbl(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 double dot(const std::vector<double>& a, const std::vector<float>& b) {
   double s = 0;
@@ -65,14 +66,17 @@ TEST(BlockBackward, RmsNormMatchesFiniteDifferences) {
   };
   std::vector<float> dx(rows * n, 0.0f), dw(n, 0.0f);
   rmsnorm_backward(x.data(), w.data(), rows, n, eps, dy.data(), dx.data(), dw.data());
-  check_fd(dbl(x), [&](const std::vector<double>& xs) { return f(xs, dbl(w)); }, dx, "dx");
-  check_fd(dbl(w), [&](const std::vector<double>& ws) { return f(dbl(x), ws); }, dw, "dw");
+  check_fd(
+      dbl(x), [&](const std::vector<double>& xs) { return f(xs, dbl(w)); }, dx, "dx");
+  check_fd(
+      dbl(w), [&](const std::vector<double>& ws) { return f(dbl(x), ws); }, dw, "dw");
 }
 
 TEST(BlockBackward, LinearMatchesFiniteDifferences) {
   const size_t T = 3, in = 5, out = 4;
   auto W = randv(out * in, 4), x = randv(T * in, 5), b = randv(out, 6), dy = randv(T * out, 7);
-  const auto f = [&](const std::vector<double>& Ws, const std::vector<double>& xs, const std::vector<double>& bs) {
+  const auto f = [&](const std::vector<double>& Ws, const std::vector<double>& xs,
+                     const std::vector<double>& bs) {
     std::vector<double> y(T * out);
     for (size_t t = 0; t < T; ++t)
       for (size_t o = 0; o < out; ++o) {
@@ -84,9 +88,12 @@ TEST(BlockBackward, LinearMatchesFiniteDifferences) {
   };
   std::vector<float> dx(T * in, 0.0f), dW(out * in, 0.0f), db(out, 0.0f);
   linear_backward(W.data(), out, in, x.data(), T, dy.data(), dx.data(), dW.data(), db.data());
-  check_fd(dbl(x), [&](const std::vector<double>& v) { return f(dbl(W), v, dbl(b)); }, dx, "dx");
-  check_fd(dbl(W), [&](const std::vector<double>& v) { return f(v, dbl(x), dbl(b)); }, dW, "dW");
-  check_fd(dbl(b), [&](const std::vector<double>& v) { return f(dbl(W), dbl(x), v); }, db, "db");
+  check_fd(
+      dbl(x), [&](const std::vector<double>& v) { return f(dbl(W), v, dbl(b)); }, dx, "dx");
+  check_fd(
+      dbl(W), [&](const std::vector<double>& v) { return f(v, dbl(x), dbl(b)); }, dW, "dW");
+  check_fd(
+      dbl(b), [&](const std::vector<double>& v) { return f(dbl(W), dbl(x), v); }, db, "db");
 }
 
 TEST(BlockBackward, RopeIsTheInverseRotation) {
@@ -115,7 +122,8 @@ TEST(BlockBackward, AttentionMatchesFiniteDifferences) {
   const size_t T = 4, nh = 4, nkv = 2, hd = 3, qd = nh * hd, kd = nkv * hd;
   const float scale = 0.7f;
   auto q = randv(T * qd, 10), k = randv(T * kd, 11), v = randv(T * kd, 12), dout = randv(T * qd, 13);
-  const auto f = [&](const std::vector<double>& qs, const std::vector<double>& ks, const std::vector<double>& vs) {
+  const auto f = [&](const std::vector<double>& qs, const std::vector<double>& ks,
+                     const std::vector<double>& vs) {
     std::vector<double> o(T * qd, 0.0);
     for (size_t h = 0; h < nh; ++h) {
       const size_t g = h / (nh / nkv);
@@ -138,9 +146,12 @@ TEST(BlockBackward, AttentionMatchesFiniteDifferences) {
   std::vector<float> dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
   attention_backward(q.data(), k.data(), v.data(), T, nh, nkv, hd, scale, dout.data(), dq.data(), dk.data(),
                      dv.data());
-  check_fd(dbl(q), [&](const std::vector<double>& x) { return f(x, dbl(k), dbl(v)); }, dq, "dq");
-  check_fd(dbl(k), [&](const std::vector<double>& x) { return f(dbl(q), x, dbl(v)); }, dk, "dk");
-  check_fd(dbl(v), [&](const std::vector<double>& x) { return f(dbl(q), dbl(k), x); }, dv, "dv");
+  check_fd(
+      dbl(q), [&](const std::vector<double>& x) { return f(x, dbl(k), dbl(v)); }, dq, "dq");
+  check_fd(
+      dbl(k), [&](const std::vector<double>& x) { return f(dbl(q), x, dbl(v)); }, dk, "dk");
+  check_fd(
+      dbl(v), [&](const std::vector<double>& x) { return f(dbl(q), dbl(k), x); }, dv, "dv");
 }
 
 TEST(BlockBackward, SwigluMatchesFiniteDifferences) {
@@ -153,8 +164,10 @@ TEST(BlockBackward, SwigluMatchesFiniteDifferences) {
   };
   std::vector<float> dg(n, 0.0f), du(n, 0.0f);
   swiglu_backward(g.data(), u.data(), n, da.data(), dg.data(), du.data());
-  check_fd(dbl(g), [&](const std::vector<double>& x) { return f(x, dbl(u)); }, dg, "dg");
-  check_fd(dbl(u), [&](const std::vector<double>& x) { return f(dbl(g), x); }, du, "du");
+  check_fd(
+      dbl(g), [&](const std::vector<double>& x) { return f(x, dbl(u)); }, dg, "dg");
+  check_fd(
+      dbl(u), [&](const std::vector<double>& x) { return f(dbl(g), x); }, du, "du");
 }
 
 TEST(BlockBackward, CrossEntropyMatchesFiniteDifferencesAndSkipsIgnored) {

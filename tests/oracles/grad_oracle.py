@@ -41,6 +41,19 @@ def main():
         doc = dict(family=fam, seed=seed, oracle="tests/oracles/grad_oracle.py (PyTorch %s, float64)" % torch.__version__,
                    prompt=prompt, loss=float(loss),
                    grads={n: [float("%.9g" % x) for x in W[n].grad.reshape(-1).tolist()] for n, _, _ in tl})
+        if fam == "llama":  # ten AdamW steps on the same sequence (torch.optim.AdamW semantics)
+            opt = torch.optim.AdamW([W[n] for n, _, _ in tl], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+            losses = []
+            for _ in range(10):
+                opt.zero_grad()
+                lg = fo.forward(c, W, prompt)
+                l = torch.nn.functional.cross_entropy(lg[:-1].double(), torch.tensor(prompt[1:]))
+                losses.append(float(l))
+                l.backward()
+                opt.step()
+            keep = ["model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight", "model.norm.weight"]
+            doc["adamw"] = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, losses=losses,
+                                params={n: [float("%.9g" % x) for x in W[n].detach().reshape(-1).tolist()] for n in keep})
         with open(os.path.join(OUT, fam + ".json"), "w") as f:
             json.dump(doc, f, separators=(",", ":"))
         print(fam, "loss", float(loss))
