@@ -67,12 +67,26 @@ void check_trainable(const model::Model& m) {
 }
 
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads& g) {
+  if (tokens.size() < 2)
+    fail(ErrorKind::InvalidArgument, "train: a sequence needs at least 2 tokens, got {}", tokens.size());
+  std::vector<uint32_t> targets(tokens.begin() + 1, tokens.end());
+  targets.push_back(kIgnore);
+  return lm_loss_backward(m, tokens, targets, g);
+}
+
+double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
+                        Grads& g) {
   check_trainable(m);
   const model::Weights& w = *m.weights();
   const auto& a = w.arch;
   const size_t T = tokens.size(), H = a.hidden_size, V = w.lm_head.rows(), hd = a.head_dim,
                nkv = a.num_kv_heads;
-  if (T < 2) fail(ErrorKind::InvalidArgument, "train: a sequence needs at least 2 tokens, got {}", T);
+  if (T == 0 || targets.size() != T)
+    fail(ErrorKind::InvalidArgument, "train: {} inputs and {} targets", T, targets.size());
+  if (std::all_of(targets.begin(), targets.end(), [](uint32_t x) { return x == kIgnore; }))
+    fail(ErrorKind::InvalidArgument, "train: no target to predict");
+  for (uint32_t x : targets)
+    if (x != kIgnore && x >= V) fail(ErrorKind::InvalidArgument, "train: target id {} >= vocab {}", x, V);
   if (a.max_position_embeddings && T > a.max_position_embeddings)
     fail(ErrorKind::InvalidArgument, "train: {} tokens exceed the context of {}", T,
          a.max_position_embeddings);
@@ -88,9 +102,6 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
   m.forward_batch(std::span<const model::SeqStep>(&step, 1), &taps, &act);
 
   // Loss and the head.
-  std::vector<uint32_t> targets(tokens.begin() + 1, tokens.end());
-  constexpr uint32_t kIgnore = UINT32_MAX;
-  targets.push_back(kIgnore);
   std::vector<float> dlogits(T * V);
   const double loss = cross_entropy(logits.data(), T, V, targets, kIgnore, dlogits.data());
   std::vector<float> n(T * H), dn(T * H, 0.0f), dh(T * H, 0.0f);
@@ -99,8 +110,8 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
                      n.data() + t * H);
   const bool tied = w.lm_head.payload.data() == w.embed.payload.data();
   const std::string head_name = cmf::tensor_name(tied ? TensorRole::Embed : TensorRole::Head);
-  linear_backward(f32_of(w.lm_head), V, H, n.data(), T, dlogits.data(), dn.data(), grad(g, head_name, V * H),
-                  nullptr);
+  linear_backward(m.ops(), m.pool(), f32_of(w.lm_head), V, H, n.data(), T, dlogits.data(), dn.data(),
+                  grad(g, head_name, V * H), nullptr);
   rmsnorm_backward(h_final.data(), w.final_norm.data(), T, H, a.rms_norm_eps, dn.data(), dh.data(),
                    grad(g, cmf::tensor_name(TensorRole::FinalNorm), H));
 
@@ -113,18 +124,18 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
     const auto name = [l](TensorRole r) { return cmf::tensor_name(r, l); };
     // FFN: h_out = h_mid + down·(silu(gate·x) ⊙ up·x), x = rms(h_mid)·post_attn_norm
     std::vector<float> dact(T * W, 0.0f), dgate(T * W, 0.0f), dup(T * W, 0.0f), dx(T * H, 0.0f);
-    linear_backward(f32_of(L.ffn.down), H, W, K.act.data(), T, dh.data(), dact.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.ffn.down), H, W, K.act.data(), T, dh.data(), dact.data(),
                     grad(g, name(TensorRole::FfnDown), H * W), nullptr);
     swiglu_backward(K.gate.data(), K.up.data(), T * W, dact.data(), dgate.data(), dup.data());
-    linear_backward(f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
                     grad(g, name(TensorRole::FfnGate), W * H), nullptr);
-    linear_backward(f32_of(L.ffn.up), W, H, K.x_ffn.data(), T, dup.data(), dx.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.ffn.up), W, H, K.x_ffn.data(), T, dup.data(), dx.data(),
                     grad(g, name(TensorRole::FfnUp), W * H), nullptr);
     rmsnorm_backward(K.h_mid.data(), L.post_attn_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
                      grad(g, name(TensorRole::PostAttnNorm), H));
     // Attention: h_mid = h_in + o·attn(rope(norm(q·x + bq)), rope(norm(k·x + bk)), v·x + bv)
     std::vector<float> datt(T * qd, 0.0f), dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
-    linear_backward(f32_of(L.o), H, qd, K.att.data(), T, dh.data(), datt.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.o), H, qd, K.att.data(), T, dh.data(), datt.data(),
                     grad(g, name(TensorRole::O), H * qd), nullptr);
     const float scale = static_cast<float>(
         1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
@@ -152,13 +163,13 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
     norm_back(L.q, L.q_bias, L.q_norm, qd, TensorRole::QNorm, dq);
     norm_back(L.k, L.k_bias, L.k_norm, kd, TensorRole::KNorm, dk);
     std::fill(dx.begin(), dx.end(), 0.0f);
-    linear_backward(f32_of(L.q), qd, H, K.x_attn.data(), T, dq.data(), dx.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.q), qd, H, K.x_attn.data(), T, dq.data(), dx.data(),
                     grad(g, name(TensorRole::Q), qd * H),
                     bias ? grad(g, name(TensorRole::QBias), qd) : nullptr);
-    linear_backward(f32_of(L.k), kd, H, K.x_attn.data(), T, dk.data(), dx.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.k), kd, H, K.x_attn.data(), T, dk.data(), dx.data(),
                     grad(g, name(TensorRole::K), kd * H),
                     bias ? grad(g, name(TensorRole::KBias), kd) : nullptr);
-    linear_backward(f32_of(L.v), kd, H, K.x_attn.data(), T, dv.data(), dx.data(),
+    linear_backward(m.ops(), m.pool(), f32_of(L.v), kd, H, K.x_attn.data(), T, dv.data(), dx.data(),
                     grad(g, name(TensorRole::V), kd * H),
                     bias ? grad(g, name(TensorRole::VBias), kd) : nullptr);
     rmsnorm_backward(K.h_in.data(), L.input_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),

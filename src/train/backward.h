@@ -36,4 +36,11 @@ void check_trainable(const model::Model& m);
 /// and Error(InvalidArgument) for fewer than 2 tokens or more than the arch's context.
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads& grads);
 
+/// The same with inputs and targets apart: row t of `inputs` predicts targets[t] (kIgnore: not
+/// counted), so a window of seq_len + 1 tokens trains seq_len positions of context seq_len.
+/// Throws Error(InvalidArgument) for empty inputs, a size mismatch or no counted target.
+inline constexpr uint32_t kIgnore = UINT32_MAX;
+double lm_loss_backward(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets,
+                        Grads& grads);
+
 }  // namespace cortiq::train

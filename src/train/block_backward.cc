@@ -25,30 +25,44 @@ void rmsnorm_backward(const float* x, const float* w, size_t rows, size_t n, dou
   }
 }
 
-void linear_backward(const float* W, size_t out, size_t in, const float* x, size_t T, const float* dy,
-                     float* dx, float* dW, float* db) {
-  std::vector<double> acc(in);
-  if (dx)
-    for (size_t t = 0; t < T; ++t) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (size_t o = 0; o < out; ++o) {
-        const double g = dy[t * out + o];
-        if (g == 0.0) continue;
-        const float* wr = W + o * in;
-        for (size_t i = 0; i < in; ++i) acc[i] += g * wr[i];
-      }
-      for (size_t i = 0; i < in; ++i) dx[t * in + i] += static_cast<float>(acc[i]);
-    }
-  if (dW)
-    for (size_t o = 0; o < out; ++o) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (size_t t = 0; t < T; ++t) {
-        const double g = dy[t * out + o];
-        const float* xr = x + t * in;
-        for (size_t i = 0; i < in; ++i) acc[i] += g * xr[i];
-      }
-      for (size_t i = 0; i < in; ++i) dW[o * in + i] += static_cast<float>(acc[i]);
-    }
+namespace {
+
+/// out [cols, rows] = the transpose of a [rows, cols].
+void transpose(const float* a, size_t rows, size_t cols, std::vector<float>& out) {
+  out.resize(rows * cols);
+  constexpr size_t B = 32;  // cache blocks
+  for (size_t r0 = 0; r0 < rows; r0 += B)
+    for (size_t c0 = 0; c0 < cols; c0 += B)
+      for (size_t r = r0; r < std::min(rows, r0 + B); ++r)
+        for (size_t c = c0; c < std::min(cols, c0 + B); ++c) out[c * rows + r] = a[r * cols + c];
+}
+
+kernels::WeightView f32_view(const std::vector<float>& v, uint64_t rows, uint64_t cols) {
+  return kernels::WeightView{
+      quant::DType::F32,
+      {rows, cols},
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), 4 * v.size()),
+      "train.transposed"};
+}
+
+}  // namespace
+
+void linear_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* W, size_t out,
+                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db) {
+  thread_local std::vector<float> a, b, tmp;
+  if (dx) {
+    transpose(W, out, in, a);  // Wᵀ [in, out]
+    tmp.resize(T * in);
+    ops.matmul(f32_view(a, in, out), dy, T, tmp.data(), pool);  // [T, in] = dy [T, out] · (Wᵀ)ᵀ
+    for (size_t i = 0; i < T * in; ++i) dx[i] += tmp[i];
+  }
+  if (dW) {
+    transpose(x, T, in, a);    // xᵀ [in, T]
+    transpose(dy, T, out, b);  // dyᵀ [out, T]
+    tmp.resize(out * in);
+    ops.matmul(f32_view(a, in, T), b.data(), out, tmp.data(), pool);  // [out, in] = dyᵀ · x
+    for (size_t i = 0; i < out * in; ++i) dW[i] += tmp[i];
+  }
   if (db)
     for (size_t o = 0; o < out; ++o) {
       double s = 0.0;

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 namespace cortiq::train {
 
@@ -21,9 +22,11 @@ void rmsnorm_backward(const float* x, const float* w, size_t rows, size_t n, dou
                       float* dx, float* dw);
 
 /// y = x·Wᵀ + b for T rows, W [out, in]: dx [T, in] += dy·W (dx may be null), dW [out, in] += dyᵀ·x
-/// (null: frozen), db [out] += Σ_t dy (null: no bias or frozen).
-void linear_backward(const float* W, size_t out, size_t in, const float* x, size_t T, const float* dy,
-                     float* dx, float* dW, float* db);
+/// (null: frozen), db [out] += Σ_t dy (null: no bias or frozen). The two products are the
+/// forward's kernel (ops.matmul, f32 SIMD under MatmulMode::Exact) on transposed copies: dx =
+/// matmul(Wᵀ [in, out], dy), dWᵀ... = matmul(xᵀ [in, T], dyᵀ [out, T]); db sums in double.
+void linear_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* W, size_t out,
+                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db);
 
 /// RoPE is a rotation by the angle of `pos` (kernels::rope); its backward rotates the gradient of
 /// `n_heads` heads of head_dim back by the same angle, in place: (d_a, d_b) ← (d_a·c + d_b·s,

@@ -87,7 +87,9 @@ TEST(BlockBackward, LinearMatchesFiniteDifferences) {
     return dot(y, dy);
   };
   std::vector<float> dx(T * in, 0.0f), dW(out * in, 0.0f), db(out, 0.0f);
-  linear_backward(W.data(), out, in, x.data(), T, dy.data(), dx.data(), dW.data(), db.data());
+  linear_backward(kernels::Ops(kernels::KernelConfig{kernels::MatmulMode::Exact, kernels::simd_tier()}),
+                  kernels::serial_pool(), W.data(), out, in, x.data(), T, dy.data(), dx.data(), dW.data(),
+                  db.data());
   check_fd(
       dbl(x), [&](const std::vector<double>& v) { return f(dbl(W), v, dbl(b)); }, dx, "dx");
   check_fd(

@@ -101,8 +101,8 @@ nlohmann::json options_json(const TrainOptions& o) {
 Trainer::Trainer(cmf::ModelArch arch, Params params, TrainOptions opt)
     : arch_(std::move(arch)), params_(std::move(params)), o_(opt), opt_(opt.adamw), rng_(opt.seed) {
   if (o_.batch == 0) fail(ErrorKind::InvalidArgument, "train: batch must be >= 1");
-  if (o_.seq_len < 1 || o_.seq_len + 1 > arch_.max_position_embeddings)
-    fail(ErrorKind::InvalidArgument, "train: seq_len {} + 1 exceeds the context of {}", o_.seq_len,
+  if (o_.seq_len < 1 || o_.seq_len > arch_.max_position_embeddings)
+    fail(ErrorKind::InvalidArgument, "train: seq_len {} exceeds the context of {}", o_.seq_len,
          arch_.max_position_embeddings);
 }
 
@@ -114,7 +114,10 @@ double Trainer::step(std::span<const uint32_t> train) {
   Grads g;
   double loss = 0.0;
   std::uniform_int_distribution<size_t> start(0, train.size() - win);
-  for (uint32_t b = 0; b < o_.batch; ++b) loss += lm_loss_backward(*m, train.subspan(start(rng_), win), g);
+  for (uint32_t b = 0; b < o_.batch; ++b) {
+    const auto w = train.subspan(start(rng_), win);
+    loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g);
+  }
   const float inv = 1.0f / static_cast<float>(o_.batch);
   for (auto& [name, v] : g)
     for (float& x : v) {
@@ -137,7 +140,8 @@ double Trainer::evaluate(std::span<const uint32_t> tokens, size_t max_windows) {
   size_t n = 0;
   for (size_t s = 0; s + win <= tokens.size() && (!max_windows || n < max_windows); s += o_.seq_len, ++n) {
     Grads unused;  // the forward with its loss; the gradient is discarded
-    sum += lm_loss_backward(*m, tokens.subspan(s, win), unused);
+    const auto w = tokens.subspan(s, win);
+    sum += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), unused);
   }
   return sum / static_cast<double>(n);
 }

@@ -48,7 +48,7 @@ struct TrainOptions {
 /// run saved and loaded continues exactly as an uninterrupted one (Trainer.ResumeIsBitIdentical).
 class Trainer {
  public:
-  /// Throws Error(InvalidArgument) for seq_len + 1 > the context or batch == 0.
+  /// Throws Error(InvalidArgument) for seq_len > the context or batch == 0.
   Trainer(cmf::ModelArch arch, Params params, TrainOptions opt);
 
   /// One optimizer step on `batch` windows of seq_len + 1 tokens drawn uniformly from `train`

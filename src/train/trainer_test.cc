@@ -90,7 +90,7 @@ TEST(Trainer, BadConfigAndDataAreNamed) {
   }
   const auto a = llama_arch(tiny());
   TrainOptions o = opts();
-  o.seq_len = 64;  // + 1 > the context of 64
+  o.seq_len = 65;  // > the context of 64
   EXPECT_THROW(Trainer(a, init_params(a, 1), o), Error);
   Trainer t(a, init_params(a, 1), opts());
   const auto few = stream(10);

@@ -50,9 +50,15 @@ void Progress::draw(bool force) {
   bar.append(static_cast<size_t>(width - filled), '.');
   const double rate = secs > 0 ? static_cast<double>(done_) / secs : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total_ - std::min(done_, total_)) / rate : 0.0;
-  std::fprintf(stderr, "\r  %s [%s] %5.1f%%  %s  ETA %.0fs   ", label_.c_str(), bar.c_str(), frac * 100.0,
-               human_rate(rate, unit_).c_str(), eta);
+  std::fprintf(stderr, "\r  %s [%s] %5.1f%%  %s  ETA %.0fs  %s   ", label_.c_str(), bar.c_str(), frac * 100.0,
+               human_rate(rate, unit_).c_str(), eta, note_.c_str());
   std::fflush(stderr);
+}
+
+void Progress::set_note(std::string note) {
+  if (!active_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  note_ = std::move(note);
 }
 
 void Progress::finish() {

@@ -1,0 +1,207 @@
+// `cortiq train -o DIR --tokenizer tokenizer.json --data FILE... [--val FILE...] [model shape]
+// [optimizer] [--resume DIR]`: trains a llama-architecture model from scratch on plain UTF-8 text
+// (train/trainer.h), with validation every N steps, checkpoints under DIR/checkpoint (Ctrl-C saves
+// one, --resume continues it bit-identically), a JSON-lines log, and the result as a Hugging Face
+// folder in DIR (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) that
+// `cortiq convert` takes.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "tokenizer/tokenizer.h"
+#include "train/hf_export.h"
+#include "train/trainer.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/progress.h"
+#include "util/utf8.h"
+
+namespace cortiq::cli {
+namespace {
+
+struct TrainArgs {
+  std::string output, tokenizer, resume, log, config;
+  std::vector<std::string> data, val;
+  train::LlamaConfig model;
+  train::TrainOptions opt;
+  uint64_t init_seed = 1;
+  uint64_t eval_every = 100, eval_windows = 16, save_every = 0;
+};
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_train_sigint(int) {
+  g_stop.store(true);
+}
+
+/// The files' tokens, one stream: each file encoded without specials, then `sep` after it.
+std::vector<uint32_t> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& files,
+                                     uint32_t sep, const char* what) {
+  std::vector<uint32_t> all;
+  Progress bar(std::string("tokenizing ") + what, files.size(), "file");
+  for (const std::string& f : files) {
+    const std::string text = read_input(f);
+    if (text.empty()) fail(ErrorKind::InvalidArgument, "train: {} file '{}' is empty", what, f);
+    if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos)
+      fail(ErrorKind::Parse, "train: {} file '{}' is not UTF-8 at byte offset {}", what, f, bad);
+    const auto ids = tok.encode(text, false);
+    all.insert(all.end(), ids.begin(), ids.end());
+    all.push_back(sep);
+    bar.advance(1);
+  }
+  return all;
+}
+
+void apply_config_file(const std::string& path, train::LlamaConfig& m) {
+  const auto j = nlohmann::json::parse(read_input(path), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    fail(ErrorKind::Parse, "train: --config '{}' is not a JSON object", path);
+  const auto take = [&](const char* k, auto& v) {
+    if (j.contains(k)) v = j.at(k).get<std::remove_reference_t<decltype(v)>>();
+  };
+  take("hidden_size", m.hidden_size);
+  take("num_hidden_layers", m.num_hidden_layers);
+  take("num_attention_heads", m.num_attention_heads);
+  take("num_key_value_heads", m.num_key_value_heads);
+  take("intermediate_size", m.intermediate_size);
+  take("max_position_embeddings", m.max_position_embeddings);
+  take("rms_norm_eps", m.rms_norm_eps);
+  take("rope_theta", m.rope_theta);
+  take("tie_word_embeddings", m.tie_word_embeddings);
+}
+
+void train_cmd(TrainArgs& a) {
+  const Tokenizer tok = Tokenizer::from_file(a.tokenizer);
+  const auto eos = tok.token_to_id("<|endoftext|>");
+  const uint32_t sep = eos ? *eos : 0;
+  const auto train_ids = tokenize_files(tok, a.data, sep, "train");
+  const auto val_ids =
+      a.val.empty() ? std::vector<uint32_t>{} : tokenize_files(tok, a.val, sep, "validation");
+  std::optional<train::Trainer> tr;
+  if (!a.resume.empty()) {
+    tr.emplace(train::Trainer::load(a.resume));
+  } else {
+    if (!a.config.empty()) apply_config_file(a.config, a.model);
+    a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
+    const auto arch = train::llama_arch(a.model);
+    tr.emplace(arch, train::init_params(arch, a.init_seed), a.opt);
+  }
+  const auto& o = tr->options();
+  if (train_ids.size() < o.seq_len + 1)
+    fail(ErrorKind::InvalidArgument, "train: the training data has {} tokens, shorter than a window of {}",
+         train_ids.size(), o.seq_len + 1);
+  if (!val_ids.empty() && val_ids.size() < o.seq_len + 1)
+    fail(ErrorKind::InvalidArgument, "train: the validation data has {} tokens, shorter than a window of {}",
+         val_ids.size(), o.seq_len + 1);
+  std::filesystem::create_directories(a.output);
+  const std::string ckpt = a.output + "/checkpoint";
+  std::ofstream log;
+  if (!a.log.empty()) log.open(a.log, std::ios::app);
+  struct sigaction sa {};
+  sa.sa_handler = on_train_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+
+  std::printf(
+      "train: %s, %.2f M parameters, %zu train / %zu validation tokens, %llu steps of %u × %u tokens\n",
+      tr->arch().arch_name.c_str(), static_cast<double>(tr->params().count()) / 1e6, train_ids.size(),
+      val_ids.size(), static_cast<unsigned long long>(o.steps), o.batch, o.seq_len);
+  std::fflush(stdout);
+  Progress bar("training", o.steps - std::min(o.steps, tr->step_count()), "step");
+  const auto t0 = std::chrono::steady_clock::now();
+  double val = NAN;
+  uint64_t tokens = 0;
+  while (tr->step_count() < o.steps) {
+    if (g_stop.load()) {
+      tr->save(ckpt);
+      std::fprintf(stderr, "\ntrain: interrupted at step %llu; checkpoint saved to %s (--resume it)\n",
+                   static_cast<unsigned long long>(tr->step_count()), ckpt.c_str());
+      std::exit(130);
+    }
+    const double loss = tr->step(train_ids);
+    tokens += static_cast<uint64_t>(o.batch) * o.seq_len;
+    const uint64_t s = tr->step_count();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool eval_now = !val_ids.empty() && (s % a.eval_every == 0 || s == o.steps);
+    if (eval_now) val = tr->evaluate(val_ids, a.eval_windows);
+    bar.set_note(fmt::format("loss {:.3f}{}  {:.0f} tok/s", loss,
+                             std::isnan(val) ? "" : fmt::format(" · val {:.3f}", val),
+                             static_cast<double>(tokens) / secs));
+    bar.advance(1);
+    if (log) {
+      nlohmann::json r = {{"step", s},
+                          {"loss", loss},
+                          {"grad_norm", tr->last_grad_norm()},
+                          {"lr", train::lr_at(s - 1, o.warmup, o.steps, o.lr, o.min_lr)},
+                          {"seconds", secs},
+                          {"tokens", tokens}};
+      if (eval_now) r["val_loss"] = val;
+      log << r.dump() << "\n" << std::flush;
+    }
+    if (a.save_every && s % a.save_every == 0) tr->save(ckpt);
+  }
+  bar.finish();
+  tr->save(ckpt);
+  train::write_hf_checkpoint(a.output, tr->arch(), tr->params(), a.tokenizer, eos);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("✓ wrote %s (HF checkpoint; training state in %s) · %.1f s", a.output.c_str(), ckpt.c_str(),
+              secs);
+  if (!std::isnan(val)) std::printf(" · validation loss %.4f (ppl %.2f)", val, std::exp(val));
+  std::printf("\n");
+}
+
+void setup(CLI::App& root) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* c =
+      root.add_subcommand("train", "Train a llama-architecture model on text files (HF checkpoint out)");
+  c->add_option("-o,--output", a->output,
+                "output folder (HF checkpoint; checkpoint/ holds the training state)")
+      ->required();
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (e.g. from train-tokenizer); sets vocab_size")
+      ->required();
+  c->add_option("--data", a->data, "training text file (repeat the flag)")->required();
+  c->add_option("--val", a->val, "validation text file (repeat the flag)");
+  c->add_option("--config", a->config,
+                "JSON with HF LlamaConfig fields (hidden_size, num_hidden_layers, ...)");
+  c->add_option("--hidden-size", a->model.hidden_size)->capture_default_str();
+  c->add_option("--layers", a->model.num_hidden_layers)->capture_default_str();
+  c->add_option("--heads", a->model.num_attention_heads)->capture_default_str();
+  c->add_option("--kv-heads", a->model.num_key_value_heads)->capture_default_str();
+  c->add_option("--intermediate-size", a->model.intermediate_size)->capture_default_str();
+  c->add_option("--context", a->model.max_position_embeddings, "max_position_embeddings")
+      ->capture_default_str();
+  c->add_option("--steps", a->opt.steps, "optimizer steps")->capture_default_str();
+  c->add_option("--batch", a->opt.batch, "sequences per step")->capture_default_str();
+  c->add_option("--seq-len", a->opt.seq_len, "tokens per sequence")->capture_default_str();
+  c->add_option("--lr", a->opt.lr, "peak learning rate")->capture_default_str();
+  c->add_option("--min-lr", a->opt.min_lr, "learning rate at the end of the cosine")->capture_default_str();
+  c->add_option("--warmup", a->opt.warmup, "linear warmup steps")->capture_default_str();
+  c->add_option("--clip", a->opt.clip, "gradient-norm clip (0 = none)")->capture_default_str();
+  c->add_option("--weight-decay", a->opt.adamw.weight_decay)->capture_default_str();
+  c->add_option("--seed", a->opt.seed, "window sampler seed")->capture_default_str();
+  c->add_option("--init-seed", a->init_seed, "weight initialization seed")->capture_default_str();
+  c->add_option("--threads", a->opt.threads, "kernel threads")->capture_default_str();
+  c->add_option("--eval-every", a->eval_every, "validation every N steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--eval-windows", a->eval_windows, "validation windows (0 = all)")->capture_default_str();
+  c->add_option("--save-every", a->save_every, "checkpoint every N steps (0 = at the end)")
+      ->capture_default_str();
+  c->add_option("--resume", a->resume, "continue the training state in this folder (its options win)");
+  c->add_option("--log", a->log, "append one JSON line per step to this file");
+  c->callback([a] { train_cmd(*a); });
+}
+
+}  // namespace
+CORTIQ_COMMAND(37, setup);
+}  // namespace cortiq::cli
