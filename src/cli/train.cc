@@ -124,11 +124,23 @@ void train_cmd(TrainArgs& a) {
   while (tr->step_count() < o.steps) {
     if (g_stop.load()) {
       tr->save(ckpt);
-      std::fprintf(stderr, "\ntrain: interrupted at step %llu; checkpoint saved to %s (--resume it)\n",
-                   static_cast<unsigned long long>(tr->step_count()), ckpt.c_str());
+      train::write_hf_checkpoint(a.output, tr->arch(), tr->params(), a.tokenizer, eos);
+      std::fprintf(
+          stderr,
+          "\ntrain: interrupted at step %llu; checkpoint saved to %s (--resume it), the weights so far "
+          "written as an HF folder to %s\n",
+          static_cast<unsigned long long>(tr->step_count()), ckpt.c_str(), a.output.c_str());
       std::exit(130);
     }
-    const double loss = tr->step(train_ids);
+    double loss = 0.0;
+    try {
+      loss = tr->step(train_ids);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::NonFinite) throw;
+      tr->save(ckpt);  // step() left the parameters as they were: the last good step
+      fail(ErrorKind::NonFinite, "{}; the last good step ({}) is saved in {}", e.message(), tr->step_count(),
+           ckpt);
+    }
     tokens += static_cast<uint64_t>(o.batch) * o.seq_len;
     const uint64_t s = tr->step_count();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

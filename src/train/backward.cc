@@ -74,8 +74,21 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
   return lm_loss_backward(m, tokens, targets, g);
 }
 
+namespace {
+double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets, Grads* gp);
+}  // namespace
+
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
                         Grads& g) {
+  return loss_impl(m, tokens, targets, &g);
+}
+
+double lm_loss(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets) {
+  return loss_impl(m, tokens, targets, nullptr);
+}
+
+namespace {
+double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets, Grads* gp) {
   check_trainable(m);
   const model::Weights& w = *m.weights();
   const auto& a = w.arch;
@@ -95,7 +108,7 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::
   model::KvCache kv(a, T);
   std::vector<float> logits(T * V), h_final;
   model::Activations act;
-  act.keep = true;
+  act.keep = gp != nullptr;
   model::Taps taps;
   taps.final_hidden = [&](std::span<const float> h, size_t) { h_final.assign(h.begin(), h.end()); };
   const model::SeqStep step{tokens, &kv, logits, true, nullptr};
@@ -104,6 +117,8 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::
   // Loss and the head.
   std::vector<float> dlogits(T * V);
   const double loss = cross_entropy(logits.data(), T, V, targets, kIgnore, dlogits.data());
+  if (!gp) return loss;
+  Grads& g = *gp;
   std::vector<float> n(T * H), dn(T * H, 0.0f), dh(T * H, 0.0f);
   for (size_t t = 0; t < T; ++t)
     kernels::rmsnorm(h_final.data() + t * H, w.final_norm.data(), H, a.rms_norm_eps, w.norm_style,
@@ -139,7 +154,7 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::
                     grad(g, name(TensorRole::O), H * qd), nullptr);
     const float scale = static_cast<float>(
         1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
-    attention_backward(K.q.data(), K.k.data(), K.v.data(), T, nh, nkv, hd, scale, datt.data(), dq.data(),
+    attention_backward(m.ops(), m.pool(), K.q.data(), K.k.data(), K.v.data(), T, nh, nkv, hd, scale, datt.data(), dq.data(),
                        dk.data(), dv.data());
     for (size_t t = 0; t < T; ++t) {
       rope_backward(dq.data() + t * qd, nh, hd, *L.rope, static_cast<int64_t>(t));
@@ -181,5 +196,7 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::
     for (size_t i = 0; i < H; ++i) de[tokens[t] * H + i] += dh[t * H + i];
   return loss;
 }
+
+}  // namespace
 
 }  // namespace cortiq::train

@@ -43,4 +43,7 @@ inline constexpr uint32_t kIgnore = UINT32_MAX;
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets,
                         Grads& grads);
 
+/// The loss of lm_loss_backward alone: the forward (nothing kept) and the cross-entropy.
+double lm_loss(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets);
+
 }  // namespace cortiq::train

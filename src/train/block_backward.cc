@@ -87,48 +87,61 @@ void rope_backward(float* d, size_t n_heads, size_t head_dim, const kernels::Rop
   }
 }
 
-void attention_backward(const float* q, const float* k, const float* v, size_t T, size_t n_heads,
-                        size_t n_kv_heads, size_t head_dim, float scale, const float* dout, float* dq,
-                        float* dk, float* dv) {
+void attention_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* q, const float* k,
+                        const float* v, size_t T, size_t n_heads, size_t n_kv_heads, size_t head_dim, float scale,
+                        const float* dout, float* dq, float* dk, float* dv) {
   const size_t hd = head_dim, group = n_heads / n_kv_heads, qd = n_heads * hd, kd = n_kv_heads * hd;
-  std::vector<double> p(T), dp(T);
-  for (size_t h = 0; h < n_heads; ++h) {
-    const size_t g = h / group;
-    for (size_t t = 0; t < T; ++t) {
-      const float* qt = q + t * qd + h * hd;
-      const float* dot = dout + t * qd + h * hd;
-      // P of query t over keys 0..t, as the forward's softmax (max-shifted, double)
-      double mx = -INFINITY;
-      for (size_t j = 0; j <= t; ++j) {
-        const float* kj = k + j * kd + g * hd;
-        double s = 0.0;
-        for (size_t i = 0; i < hd; ++i) s += static_cast<double>(qt[i]) * kj[i];
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
-      }
-      double sum = 0.0;
-      for (size_t j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
-      double pdp = 0.0;
-      for (size_t j = 0; j <= t; ++j) {
-        p[j] /= sum;
-        const float* vj = v + j * kd + g * hd;
-        double s = 0.0;
-        for (size_t i = 0; i < hd; ++i) s += static_cast<double>(dot[i]) * vj[i];
-        dp[j] = s;
-        pdp += p[j] * s;
-      }
-      for (size_t j = 0; j <= t; ++j) {
-        const double ds = p[j] * (dp[j] - pdp) * scale;
-        const float* kj = k + j * kd + g * hd;
-        float* dvj = dv + j * kd + g * hd;
-        float* dkj = dk + j * kd + g * hd;
-        float* dqt = dq + t * qd + h * hd;
-        for (size_t i = 0; i < hd; ++i) {
-          dvj[i] += static_cast<float>(p[j] * dot[i]);
-          dqt[i] += static_cast<float>(ds * kj[i]);
-          dkj[i] += static_cast<float>(ds * qt[i]);
+  // Per head, as matrices: S = Q·Kᵀ, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO, each product
+  // one ops.matmul (Y = X·Wᵀ with W [rows, cols]).
+  std::vector<float> qh(T * hd), kg(T * hd), vg(T * hd), doh(T * hd), kgt(hd * T), qht(hd * T), doht(hd * T);
+  std::vector<float> P(T * T), dP(T * T), dS(T * T), PT(T * T), dST(T * T), tmp(T * hd);
+  const auto view = [](const std::vector<float>& m, uint64_t rows, uint64_t cols) {
+    return kernels::WeightView{quant::DType::F32,
+                               {rows, cols},
+                               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(m.data()), 4 * m.size()),
+                               "train.attention"};
+  };
+  const auto slice = [T, hd](const float* src, size_t stride, size_t off, std::vector<float>& out) {
+    for (size_t t = 0; t < T; ++t) std::copy(src + t * stride + off, src + t * stride + off + hd, out.begin() + t * hd);
+  };
+  for (size_t g = 0; g < n_kv_heads; ++g) {
+    slice(k, kd, g * hd, kg);
+    slice(v, kd, g * hd, vg);
+    transpose(kg.data(), T, hd, kgt);
+    for (size_t h = g * group; h < (g + 1) * group; ++h) {
+      slice(q, qd, h * hd, qh);
+      slice(dout, qd, h * hd, doh);
+      ops.matmul(view(kg, T, hd), qh.data(), T, P.data(), pool);    // S [T, T]
+      ops.matmul(view(vg, T, hd), doh.data(), T, dP.data(), pool);  // dP [T, T]
+      for (size_t t = 0; t < T; ++t) {  // causal softmax (max-shifted, double sums) and dS
+        float* pr = P.data() + t * T;
+        double mx = -INFINITY, sum = 0.0, pdp = 0.0;
+        for (size_t j = 0; j <= t; ++j) mx = std::max(mx, static_cast<double>(pr[j]) * scale);
+        std::vector<double> e(t + 1);
+        for (size_t j = 0; j <= t; ++j) sum += (e[j] = std::exp(static_cast<double>(pr[j]) * scale - mx));
+        for (size_t j = 0; j <= t; ++j) {
+          e[j] /= sum;
+          pdp += e[j] * dP[t * T + j];
+        }
+        for (size_t j = 0; j < T; ++j) {
+          const double pj = j <= t ? e[j] : 0.0;
+          pr[j] = static_cast<float>(pj);
+          dS[t * T + j] = static_cast<float>(j <= t ? pj * (dP[t * T + j] - pdp) * scale : 0.0);
         }
       }
+      transpose(P.data(), T, T, PT);
+      transpose(dS.data(), T, T, dST);
+      ops.matmul(view(kgt, hd, T), dS.data(), T, tmp.data(), pool);  // dQ [T, hd] = dS · K
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < hd; ++i) dq[t * qd + h * hd + i] += tmp[t * hd + i];
+      transpose(qh.data(), T, hd, qht);
+      ops.matmul(view(qht, hd, T), dST.data(), T, tmp.data(), pool);  // dK [T, hd] = dSᵀ · Q
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < hd; ++i) dk[t * kd + g * hd + i] += tmp[t * hd + i];
+      transpose(doh.data(), T, hd, doht);
+      ops.matmul(view(doht, hd, T), PT.data(), T, tmp.data(), pool);  // dV [T, hd] = Pᵀ · dO
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < hd; ++i) dv[t * kd + g * hd + i] += tmp[t * hd + i];
     }
   }
 }

@@ -37,8 +37,9 @@ void rope_backward(float* d, size_t n_heads, size_t head_dim, const kernels::Rop
 /// head h / (n_heads / n_kv_heads): S = scale·q·kᵀ, P = softmax(S), out = P·v. q [T, n_heads·hd],
 /// k / v [T, n_kv_heads·hd] (after RoPE, as the forward kept them), dout [T, n_heads·hd]:
 /// dv += Pᵀ·dout; dS = P⊙(dout·vᵀ − rowsum(P⊙(dout·vᵀ))); dq += scale·dS·k; dk += scale·dSᵀ·q.
-/// P is recomputed from q and k (not kept: [heads, T, T]).
-void attention_backward(const float* q, const float* k, const float* v, size_t T, size_t n_heads,
+/// P is recomputed from q and k (not kept: [heads, T, T]); the five products per head are
+/// ops.matmul calls on transposed per-head copies.
+void attention_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* q, const float* k, const float* v, size_t T, size_t n_heads,
                         size_t n_kv_heads, size_t head_dim, float scale, const float* dout, float* dq,
                         float* dk, float* dv);
 

@@ -146,7 +146,7 @@ TEST(BlockBackward, AttentionMatchesFiniteDifferences) {
     return dot(o, dout);
   };
   std::vector<float> dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
-  attention_backward(q.data(), k.data(), v.data(), T, nh, nkv, hd, scale, dout.data(), dq.data(), dk.data(),
+  attention_backward(kernels::Ops(kernels::KernelConfig{kernels::MatmulMode::Exact, kernels::simd_tier()}), kernels::serial_pool(), q.data(), k.data(), v.data(), T, nh, nkv, hd, scale, dout.data(), dq.data(), dk.data(),
                      dv.data());
   check_fd(
       dbl(q), [&](const std::vector<double>& x) { return f(x, dbl(k), dbl(v)); }, dq, "dq");
