@@ -75,20 +75,27 @@ double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, Grads
 }
 
 namespace {
-double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets, Grads* gp);
+double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
+                 Grads* gp, const BackwardOptions& opt);
 }  // namespace
 
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
                         Grads& g) {
-  return loss_impl(m, tokens, targets, &g);
+  return loss_impl(m, tokens, targets, &g, {});
+}
+
+double lm_loss_backward(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
+                        Grads& g, const BackwardOptions& opt) {
+  return loss_impl(m, tokens, targets, &g, opt);
 }
 
 double lm_loss(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets) {
-  return loss_impl(m, tokens, targets, nullptr);
+  return loss_impl(m, tokens, targets, nullptr, {});
 }
 
 namespace {
-double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets, Grads* gp) {
+double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<const uint32_t> targets,
+                 Grads* gp, const BackwardOptions& opt) {
   check_trainable(m);
   const model::Weights& w = *m.weights();
   const auto& a = w.arch;
@@ -116,7 +123,20 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
 
   // Loss and the head.
   std::vector<float> dlogits(T * V);
-  const double loss = cross_entropy(logits.data(), T, V, targets, kIgnore, dlogits.data());
+  if (opt.first_layer > w.layers.size())
+    fail(ErrorKind::InvalidArgument, "train: first_layer {} > {} layers", opt.first_layer, w.layers.size());
+  double loss = cross_entropy(logits.data(), T, V, targets, kIgnore, dlogits.data());
+  if (opt.ce_weight != 1.0) {
+    loss *= opt.ce_weight;
+    for (float& d : dlogits) d *= static_cast<float>(opt.ce_weight);
+  }
+  if (opt.kl_weight != 0.0) {
+    if (opt.teacher_logits.size() != T * V)
+      fail(ErrorKind::InvalidArgument, "train: teacher logits hold {} values, {} needed",
+           opt.teacher_logits.size(), T * V);
+    loss += kl_to_teacher(logits.data(), opt.teacher_logits.data(), T, V, targets, kIgnore, opt.kl_weight,
+                          dlogits.data());
+  }
   if (!gp) return loss;
   Grads& g = *gp;
   std::vector<float> n(T * H), dn(T * H, 0.0f), dh(T * H, 0.0f);
@@ -131,7 +151,7 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
                    grad(g, cmf::tensor_name(TensorRole::FinalNorm), H));
 
   // The layers in reverse: dh is the gradient of the residual leaving the layer.
-  for (size_t li = w.layers.size(); li-- > 0;) {
+  for (size_t li = w.layers.size(); li-- > opt.first_layer;) {
     const model::LayerWeights& L = *w.layers[li];
     const model::KeptLayer& K = act.kept[li];
     const auto l = static_cast<uint32_t>(li);
@@ -148,14 +168,15 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
                     grad(g, name(TensorRole::FfnUp), W * H), nullptr);
     rmsnorm_backward(K.h_mid.data(), L.post_attn_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
                      grad(g, name(TensorRole::PostAttnNorm), H));
+    if (!opt.through_attention) continue;  // truncated: dh_in = dh_mid
     // Attention: h_mid = h_in + o·attn(rope(norm(q·x + bq)), rope(norm(k·x + bk)), v·x + bv)
     std::vector<float> datt(T * qd, 0.0f), dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
     linear_backward(m.ops(), m.pool(), f32_of(L.o), H, qd, K.att.data(), T, dh.data(), datt.data(),
                     grad(g, name(TensorRole::O), H * qd), nullptr);
     const float scale = static_cast<float>(
         1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
-    attention_backward(m.ops(), m.pool(), K.q.data(), K.k.data(), K.v.data(), T, nh, nkv, hd, scale, datt.data(), dq.data(),
-                       dk.data(), dv.data());
+    attention_backward(m.ops(), m.pool(), K.q.data(), K.k.data(), K.v.data(), T, nh, nkv, hd, scale,
+                       datt.data(), dq.data(), dk.data(), dv.data());
     for (size_t t = 0; t < T; ++t) {
       rope_backward(dq.data() + t * qd, nh, hd, *L.rope, static_cast<int64_t>(t));
       rope_backward(dk.data() + t * kd, nkv, hd, *L.rope, static_cast<int64_t>(t));
@@ -190,6 +211,7 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     rmsnorm_backward(K.h_in.data(), L.input_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
                      grad(g, name(TensorRole::InputNorm), H));
   }
+  if (opt.first_layer > 0) return loss;
   // The embedding: row tokens[t] received h[t].
   float* de = grad(g, cmf::tensor_name(TensorRole::Embed), w.embed.rows() * H);
   for (size_t t = 0; t < T; ++t)

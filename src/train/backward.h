@@ -43,6 +43,26 @@ inline constexpr uint32_t kIgnore = UINT32_MAX;
 double lm_loss_backward(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets,
                         Grads& grads);
 
+/// What the compile path asks of a backward pass (SPECIALIZATION-NOTES §2–3).
+struct BackwardOptions {
+  /// loss = ce_weight · CE + kl_weight · KL(teacher ‖ model), both means over the counted rows;
+  /// teacher_logits [T, vocab] (the dense teacher's, for FCD) must be given when kl_weight ≠ 0.
+  double ce_weight = 1.0, kl_weight = 0.0;
+  std::span<const float> teacher_logits;
+  /// Layers below this get no gradient, nor does the embedding as the input (a tied head's gradient
+  /// still goes to its tensor): the backward stops at the first trainable layer (fine-tuning the
+  /// last layers).
+  size_t first_layer = 0;
+  /// false: the truncated gradient of §2.2 — the residual's gradient skips the attention branches
+  /// (q/k/v/o, their biases and norms and the input norms get none).
+  bool through_attention = true;
+};
+
+/// lm_loss_backward(inputs, targets) under `opt`. Throws as it, and Error(InvalidArgument) for
+/// teacher logits of the wrong size or first_layer > the layers.
+double lm_loss_backward(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets,
+                        Grads& grads, const BackwardOptions& opt);
+
 /// The loss of lm_loss_backward alone: the forward (nothing kept) and the cross-entropy.
 double lm_loss(model::Model& m, std::span<const uint32_t> inputs, std::span<const uint32_t> targets);
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cmf/tensor_names.h"
 #include "kernels/ops.h"
 #include "model/test_support.h"
 #include "util/error.h"
@@ -81,6 +82,58 @@ TEST(Backward, RefusesWhatItDoesNotCover) {
   auto me = exact_model(*q);
   const uint32_t one = 1;
   EXPECT_THROW(lm_loss_backward(*me, std::span<const uint32_t>(&one, 1), g), Error);
+}
+
+// The compile path's options: a tail (first_layer) gets exactly the full backward's gradients of
+// its layers and nothing below; the truncated gradient leaves the last layer's FFN gradients as
+// they are and gives attention none; KL against the model's own logits is 0 with a 0 gradient.
+TEST(Backward, TailTruncationAndKlOptions) {
+  auto c = model::test::load_case("qwen2");
+  ASSERT_TRUE(c);
+  auto m = exact_model(*c);
+  const std::span<const uint32_t> p(c->prompt);
+  const auto in = p.first(p.size() - 1), tg = p.subspan(1);
+  Grads full;
+  lm_loss_backward(*m, in, tg, full);
+  const auto L = c->arch.num_layers;
+  BackwardOptions tail;
+  tail.first_layer = L - 1;
+  Grads gt;
+  lm_loss_backward(*m, in, tg, gt, tail);
+  const std::string embed = cmf::tensor_name(cmf::TensorRole::Embed);
+  for (const auto& [name, v] : gt)
+    if (name != embed) {
+      EXPECT_EQ(v, full.at(name)) << name;
+    }
+  // tied: the embedding holds the head's gradient only, not the input rows'
+  ASSERT_TRUE(gt.count(embed));
+  EXPECT_NE(gt.at(embed), full.at(embed));
+  EXPECT_FALSE(gt.count(cmf::tensor_name(cmf::TensorRole::Q, 0)));
+  EXPECT_TRUE(gt.count(cmf::tensor_name(cmf::TensorRole::Q, L - 1)));
+
+  BackwardOptions trunc;
+  trunc.through_attention = false;
+  Grads gr;
+  lm_loss_backward(*m, in, tg, gr, trunc);
+  EXPECT_EQ(gr.at(cmf::tensor_name(cmf::TensorRole::FfnDown, L - 1)),
+            full.at(cmf::tensor_name(cmf::TensorRole::FfnDown, L - 1)));
+  EXPECT_FALSE(gr.count(cmf::tensor_name(cmf::TensorRole::Q, L - 1)));
+  EXPECT_NE(gr.at(cmf::tensor_name(cmf::TensorRole::FfnDown, 0)),
+            full.at(cmf::tensor_name(cmf::TensorRole::FfnDown, 0)));
+
+  std::vector<float> own(in.size() * m->vocab_size());
+  model::KvCache kv(c->arch, in.size());
+  m->forward(in, kv, own, model::LogitsMode::All);
+  BackwardOptions kl;
+  kl.ce_weight = 0.0;
+  kl.kl_weight = 1.0;
+  kl.teacher_logits = own;
+  Grads gk;
+  EXPECT_NEAR(lm_loss_backward(*m, in, tg, gk, kl), 0.0, 1e-6);
+  for (const auto& [name, v] : gk)
+    for (float x : v) ASSERT_NEAR(x, 0.0f, 1e-6f) << name;
+  kl.teacher_logits = std::span<const float>(own).first(3);
+  EXPECT_THROW(lm_loss_backward(*m, in, tg, gk, kl), Error);
 }
 
 }  // namespace

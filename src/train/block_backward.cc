@@ -88,21 +88,23 @@ void rope_backward(float* d, size_t n_heads, size_t head_dim, const kernels::Rop
 }
 
 void attention_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* q, const float* k,
-                        const float* v, size_t T, size_t n_heads, size_t n_kv_heads, size_t head_dim, float scale,
-                        const float* dout, float* dq, float* dk, float* dv) {
+                        const float* v, size_t T, size_t n_heads, size_t n_kv_heads, size_t head_dim,
+                        float scale, const float* dout, float* dq, float* dk, float* dv) {
   const size_t hd = head_dim, group = n_heads / n_kv_heads, qd = n_heads * hd, kd = n_kv_heads * hd;
   // Per head, as matrices: S = Q·Kᵀ, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO, each product
   // one ops.matmul (Y = X·Wᵀ with W [rows, cols]).
   std::vector<float> qh(T * hd), kg(T * hd), vg(T * hd), doh(T * hd), kgt(hd * T), qht(hd * T), doht(hd * T);
   std::vector<float> P(T * T), dP(T * T), dS(T * T), PT(T * T), dST(T * T), tmp(T * hd);
   const auto view = [](const std::vector<float>& m, uint64_t rows, uint64_t cols) {
-    return kernels::WeightView{quant::DType::F32,
-                               {rows, cols},
-                               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(m.data()), 4 * m.size()),
-                               "train.attention"};
+    return kernels::WeightView{
+        quant::DType::F32,
+        {rows, cols},
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(m.data()), 4 * m.size()),
+        "train.attention"};
   };
   const auto slice = [T, hd](const float* src, size_t stride, size_t off, std::vector<float>& out) {
-    for (size_t t = 0; t < T; ++t) std::copy(src + t * stride + off, src + t * stride + off + hd, out.begin() + t * hd);
+    for (size_t t = 0; t < T; ++t)
+      std::copy(src + t * stride + off, src + t * stride + off + hd, out.begin() + t * hd);
   };
   for (size_t g = 0; g < n_kv_heads; ++g) {
     slice(k, kd, g * hd, kg);
@@ -176,6 +178,32 @@ double cross_entropy(const float* logits, size_t T, size_t vocab, std::span<cons
                                  static_cast<double>(N));
   }
   return N ? loss / static_cast<double>(N) : 0.0;
+}
+
+double kl_to_teacher(const float* logits, const float* teacher, size_t T, size_t vocab,
+                     std::span<const uint32_t> targets, uint32_t ignore, double weight, float* dlogits) {
+  size_t N = 0;
+  for (size_t t = 0; t < T; ++t) N += targets[t] != ignore;
+  if (!N) return 0.0;
+  const auto lse = [vocab](const float* x) {
+    const double mx = *std::max_element(x, x + vocab);
+    double s = 0.0;
+    for (size_t j = 0; j < vocab; ++j) s += std::exp(x[j] - mx);
+    return mx + std::log(s);
+  };
+  double kl = 0.0;
+  for (size_t t = 0; t < T; ++t) {
+    if (targets[t] == ignore) continue;
+    const float* x = logits + t * vocab;
+    const float* y = teacher + t * vocab;
+    const double lq = lse(x), lp = lse(y);
+    for (size_t j = 0; j < vocab; ++j) {
+      const double logp = y[j] - lp, logq = x[j] - lq, p = std::exp(logp);
+      kl += p * (logp - logq);
+      dlogits[t * vocab + j] += static_cast<float>(weight * (std::exp(logq) - p) / static_cast<double>(N));
+    }
+  }
+  return weight * kl / static_cast<double>(N);
 }
 
 }  // namespace cortiq::train

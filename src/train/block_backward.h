@@ -39,9 +39,9 @@ void rope_backward(float* d, size_t n_heads, size_t head_dim, const kernels::Rop
 /// dv += Pᵀ·dout; dS = P⊙(dout·vᵀ − rowsum(P⊙(dout·vᵀ))); dq += scale·dS·k; dk += scale·dSᵀ·q.
 /// P is recomputed from q and k (not kept: [heads, T, T]); the five products per head are
 /// ops.matmul calls on transposed per-head copies.
-void attention_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* q, const float* k, const float* v, size_t T, size_t n_heads,
-                        size_t n_kv_heads, size_t head_dim, float scale, const float* dout, float* dq,
-                        float* dk, float* dv);
+void attention_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* q, const float* k,
+                        const float* v, size_t T, size_t n_heads, size_t n_kv_heads, size_t head_dim,
+                        float scale, const float* dout, float* dq, float* dk, float* dv);
 
 /// a = silu(g)·u (kernels::swiglu) over n values: dg += da·u·σ(g)·(1 + g·(1 − σ(g))), du += da·silu(g).
 void swiglu_backward(const float* g, const float* u, size_t n, const float* da, float* dg, float* du);
@@ -52,5 +52,11 @@ void swiglu_backward(const float* g, const float* u, size_t n, const float* da, 
 /// row (0 when none count).
 double cross_entropy(const float* logits, size_t T, size_t vocab, std::span<const uint32_t> targets,
                      uint32_t ignore, float* dlogits);
+
+/// weight · mean over the counted rows of KL(p ‖ q) = Σ_j p_j (log p_j − log q_j), p = softmax of
+/// teacher [T, vocab], q = softmax of logits [T, vocab] (double); ADDS weight·(q − p)/N to dlogits
+/// and returns the weighted value (0 when no row counts).
+double kl_to_teacher(const float* logits, const float* teacher, size_t T, size_t vocab,
+                     std::span<const uint32_t> targets, uint32_t ignore, double weight, float* dlogits);
 
 }  // namespace cortiq::train

@@ -146,8 +146,9 @@ TEST(BlockBackward, AttentionMatchesFiniteDifferences) {
     return dot(o, dout);
   };
   std::vector<float> dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
-  attention_backward(kernels::Ops(kernels::KernelConfig{kernels::MatmulMode::Exact, kernels::simd_tier()}), kernels::serial_pool(), q.data(), k.data(), v.data(), T, nh, nkv, hd, scale, dout.data(), dq.data(), dk.data(),
-                     dv.data());
+  attention_backward(kernels::Ops(kernels::KernelConfig{kernels::MatmulMode::Exact, kernels::simd_tier()}),
+                     kernels::serial_pool(), q.data(), k.data(), v.data(), T, nh, nkv, hd, scale, dout.data(),
+                     dq.data(), dk.data(), dv.data());
   check_fd(
       dbl(q), [&](const std::vector<double>& x) { return f(x, dbl(k), dbl(v)); }, dq, "dq");
   check_fd(
@@ -192,6 +193,31 @@ TEST(BlockBackward, CrossEntropyMatchesFiniteDifferencesAndSkipsIgnored) {
   EXPECT_NEAR(loss, f(dbl(lg)), 1e-12);
   check_fd(dbl(lg), f, d, "dlogits");
   for (size_t j = 0; j < V; ++j) EXPECT_EQ(d[V + j], 0.0f);
+}
+
+TEST(BlockBackward, KlToTeacherMatchesFiniteDifferences) {
+  const size_t T = 3, V = 6;
+  auto lg = randv(T * V, 18, 2.0f), te = randv(T * V, 19, 2.0f);
+  const std::vector<uint32_t> tgt = {1, 2, UINT32_MAX};
+  const auto f = [&](const std::vector<double>& x) {
+    double kl = 0;
+    for (size_t t = 0; t < 2; ++t) {
+      double mq = -1e300, mp = -1e300, sq = 0, sp = 0;
+      for (size_t j = 0; j < V; ++j)
+        mq = std::max(mq, x[t * V + j]), mp = std::max(mp, double(te[t * V + j]));
+      for (size_t j = 0; j < V; ++j) sq += std::exp(x[t * V + j] - mq), sp += std::exp(te[t * V + j] - mp);
+      for (size_t j = 0; j < V; ++j) {
+        const double lp = te[t * V + j] - mp - std::log(sp), lq = x[t * V + j] - mq - std::log(sq);
+        kl += std::exp(lp) * (lp - lq);
+      }
+    }
+    return 0.5 * kl / 2;  // weight 0.5, mean over the 2 counted rows
+  };
+  std::vector<float> d(T * V, 0.0f);
+  EXPECT_NEAR(kl_to_teacher(lg.data(), te.data(), T, V, tgt, UINT32_MAX, 0.5, d.data()), f(dbl(lg)), 1e-12);
+  check_fd(dbl(lg), f, d, "dlogits");
+  std::vector<float> d0(T * V, 0.0f);  // the teacher itself: KL 0
+  EXPECT_NEAR(kl_to_teacher(te.data(), te.data(), T, V, tgt, UINT32_MAX, 1.0, d0.data()), 0.0, 1e-12);
 }
 
 }  // namespace
