@@ -87,4 +87,8 @@ void expand_cols(const float* x, std::span<const uint32_t> idx, size_t width, fl
   for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] = x[j];
 }
 
+void mul_inplace(float* x, const float* s, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] *= s[i];
+}
+
 }  // namespace cortiq::kernels

@@ -32,6 +32,9 @@ void sigmoid_gate_inplace(float* x, const float* g, size_t n);
 /// y[i] += w·x[i] for i < n (f32 product and sum: a weighted accumulate).
 void axpy_inplace(float* y, float w, const float* x, size_t n);
 
+/// x[i] *= s[i] for i < n (f32 products: per-element gates).
+void mul_inplace(float* x, const float* s, size_t n);
+
 /// Zeroes x[i] where alive[i] == 0, i < n (the task-mask zeroing of dead neurons).
 void zero_dead(float* x, const uint8_t* alive, size_t n);
 

@@ -43,7 +43,8 @@ struct Activations {
   std::vector<const uint8_t*> row_heads;    ///< [R] the current layer's alive heads (nullptr = all)
   std::vector<const uint8_t*> row_neurons;  ///< [R] the current layer's alive FFN neurons (nullptr = all)
   std::vector<const GatheredFfn*>
-      row_gathered;  ///< [R] the current layer's gathered gate/up (nullptr = full)
+      row_gathered;                     ///< [R] the current layer's gathered gate/up (nullptr = full)
+  std::vector<const float*> row_scale;  ///< [R] the current layer's soft neuron gates (nullptr = 1)
   std::vector<const std::vector<uint8_t>*> row_experts;  ///< [R] routable experts (nullptr = all)
   // The residual stream and the blocks' intermediates.
   LineVec<float> h, n, tmp;                         ///< [R, hidden]: residual, normed, block output

@@ -59,8 +59,8 @@ void project_gathered(const BlockEnv& env, const FfnWeights& f, const GatheredFf
 /// row's alive-neuron bytes (nullptr = all), `gathered` (nullable, [T]) its gathered gate/up rows
 /// (nullptr = the full matrices; ignored while intermediates are kept, which want every neuron).
 void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* alive,
-               const GatheredFfn* const* gathered, const float* x, size_t T, float* out, Activations& ws,
-               KeptLayer* kept) {
+               const GatheredFfn* const* gathered, const float* const* scale, const float* x, size_t T,
+               float* out, Activations& ws, KeptLayer* kept) {
   const size_t W = f.width;
   float* g = grow(ws.ffn_g, T * W);
   float* u = grow(ws.ffn_u, T * W);
@@ -82,6 +82,7 @@ void dense_ffn(const BlockEnv& env, const FfnWeights& f, const uint8_t* const* a
     else
       env.ops.swiglu(gt, u + t * W, gt, W);
     if (const uint8_t* a = alive ? alive[t] : nullptr) kernels::zero_dead(gt, a, W);
+    if (const float* sc = scale ? scale[t] : nullptr) kernels::mul_inplace(gt, sc, W);
   }
   if (kept) kept->act.assign(g, g + T * W);
   env.ops.matmul(f.down, g, T, out, env.pool);
@@ -114,11 +115,11 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
     std::fill(out, out + Hd, 0.0f);
     kernels::moe_route(logits, cand, routing, p, pf, ws.moe_route);
     for (const auto& [e, wf] : ws.moe_route) {
-      dense_ffn(env, L.moe.experts[e], nullptr, nullptr, x, 1, y, ws, nullptr);
+      dense_ffn(env, L.moe.experts[e], nullptr, nullptr, nullptr, x, 1, y, ws, nullptr);
       kernels::axpy_inplace(out, wf, y, Hd);
     }
     if (L.moe.shared) {
-      dense_ffn(env, *L.moe.shared, nullptr, nullptr, x, 1, y, ws, nullptr);
+      dense_ffn(env, *L.moe.shared, nullptr, nullptr, nullptr, x, 1, y, ws, nullptr);
       const float gw =
           L.moe.shared_gate.empty() ? 1.0f : kernels::sigmoid_dot(L.moe.shared_gate.data(), x, Hd);
       kernels::axpy_inplace(out, gw, y, Hd);
@@ -135,7 +136,8 @@ void ffn_block(const BlockEnv& env, const LayerWeights& L, size_t R, Activations
   if (L.is_moe)
     moe_ffn(env, L, n, R, tmp, ws);
   else
-    dense_ffn(env, L.ffn, ws.row_neurons.data(), ws.row_gathered.data(), n, R, tmp, ws, kept);
+    dense_ffn(env, L.ffn, ws.row_neurons.data(), ws.row_gathered.data(), ws.row_scale.data(), n, R, tmp, ws,
+              kept);
   float* h = ws.h.data();
   for (size_t r = 0; r < R; ++r) {
     float* ft = tmp + r * Hd;

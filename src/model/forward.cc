@@ -82,6 +82,7 @@ void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps,
   act.row_heads.resize(R);
   act.row_neurons.resize(R);
   act.row_gathered.resize(R);
+  act.row_scale.resize(R);
   act.row_experts.resize(R);
   for (size_t li = begin; li < end; ++li) {
     const LayerWeights& L = *w.layers[li];
@@ -97,6 +98,8 @@ void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps,
       act.row_heads[r] = v ? v->head_alive[li].data() : nullptr;
       act.row_neurons[r] = v && !v->ffn_alive[li].empty() ? v->ffn_alive[li].data() : nullptr;
       act.row_gathered[r] = v ? v->ffn_gathered[li].get() : nullptr;
+      act.row_scale[r] =
+          v && li < v->ffn_scale.size() && !v->ffn_scale[li].empty() ? v->ffn_scale[li].data() : nullptr;
       act.row_experts[r] = v && !v->expert_alive.empty() ? &v->expert_alive[li] : nullptr;
     }
     if (act.dead_rows.size() == R) {

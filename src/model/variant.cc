@@ -24,6 +24,20 @@ uint64_t Variant::gathered_bytes() const noexcept {
   return n;
 }
 
+Variant open_variant(const Weights& w) {
+  Variant v;
+  v.name = "open";
+  const size_t L = w.layers.size();
+  v.layer_alive.assign(L, 1);
+  v.head_alive.resize(L);
+  for (size_t l = 0; l < L; ++l) v.head_alive[l].assign(w.layers[l]->n_heads, 1);
+  v.ffn_alive.assign(L, {});
+  v.ffn_index.assign(L, {});
+  v.ffn_gathered.resize(L);
+  v.ffn_scale.assign(L, {});
+  return v;
+}
+
 namespace {
 
 /// The gate/up rows of `ids` of f, or null when either codec keeps no per-row bytes.
@@ -61,6 +75,7 @@ std::shared_ptr<const Variant> Model::compile_variant(const cmf::TaskMask* m,
   v->ffn_alive.assign(a.num_layers, {});
   v->ffn_index.assign(a.num_layers, {});
   v->ffn_gathered.resize(a.num_layers);
+  v->ffn_scale.assign(a.num_layers, {});
   for (uint32_t l = 0; l < a.num_layers; ++l) {
     v->layer_alive[l] = m->gate(l);
     all_open &= v->layer_alive[l] != 0;

@@ -40,11 +40,20 @@ struct Variant {
   std::vector<std::vector<uint32_t>> ffn_index;    ///< [layers] ascending ids of the alive neurons
   std::vector<std::vector<uint8_t>> expert_alive;  ///< [layers][experts]; empty = every expert routable
   std::vector<std::unique_ptr<const GatheredFfn>> ffn_gathered;  ///< [layers]; null = full gate/up read
+  /// [layers][width] soft neuron gates: a dense layer's FFN activation is multiplied by them after
+  /// the mask's zeroing (the L1-gated mask search, SPECIALIZATION-NOTES §2); an empty row = 1.
+  /// Set by a trainer on a variant from open_variant (never by compile_variant).
+  std::vector<std::vector<float>> ffn_scale;
 
   /// Alive FFN neurons over all FFN neurons of the dense layers (1 for a mask that keeps them all).
   double ffn_alive_fraction() const noexcept;
   /// Bytes the variant's gathered gate/up rows hold (what it costs in memory beyond the weights).
   uint64_t gathered_bytes() const noexcept;
 };
+
+struct Weights;
+/// A variant with everything open, sized for `w` (every layer, head and neuron alive, no gather, no
+/// scales): the start of a variant a trainer fills in (ffn_scale).
+Variant open_variant(const Weights& w);
 
 }  // namespace cortiq::model

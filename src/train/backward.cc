@@ -118,7 +118,17 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
   act.keep = gp != nullptr;
   model::Taps taps;
   taps.final_hidden = [&](std::span<const float> h, size_t) { h_final.assign(h.begin(), h.end()); };
-  const model::SeqStep step{tokens, &kv, logits, true, nullptr};
+  const model::Variant* var = opt.variant;
+  if (var) {
+    for (size_t l = 0; l < var->layer_alive.size(); ++l) {
+      if (!var->layer_alive[l]) fail(ErrorKind::Unsupported, "train: the variant closes layer {}", l);
+      for (uint8_t h : var->head_alive[l])
+        if (!h) fail(ErrorKind::Unsupported, "train: the variant closes a head of layer {}", l);
+    }
+    if (!var->expert_alive.empty()) fail(ErrorKind::Unsupported, "train: the variant restricts experts");
+  }
+  if (var && opt.ffn_scale_grad) opt.ffn_scale_grad->resize(w.layers.size());
+  const model::SeqStep step{tokens, &kv, logits, true, var};
   m.forward_batch(std::span<const model::SeqStep>(&step, 1), &taps, &act);
 
   // Loss and the head.
@@ -161,6 +171,31 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     std::vector<float> dact(T * W, 0.0f), dgate(T * W, 0.0f), dup(T * W, 0.0f), dx(T * H, 0.0f);
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.down), H, W, K.act.data(), T, dh.data(), dact.data(),
                     grad(g, name(TensorRole::FfnDown), H * W), nullptr);
+    // The variant's soft gates and neuron mask act on the activation: act' = act ⊙ alive ⊙ scale.
+    const std::vector<uint8_t>* alive = var && !var->ffn_alive[li].empty() ? &var->ffn_alive[li] : nullptr;
+    const std::vector<float>* sc =
+        var && li < var->ffn_scale.size() && !var->ffn_scale[li].empty() ? &var->ffn_scale[li] : nullptr;
+    if (sc) {
+      if (opt.ffn_scale_grad) {
+        auto& ds = (*opt.ffn_scale_grad)[li];
+        if (ds.empty()) ds.assign(W, 0.0f);
+        for (size_t i = 0; i < W; ++i) {
+          if (alive && !(*alive)[i]) continue;
+          double s = 0.0;
+          for (size_t t = 0; t < T; ++t) {
+            const double gv = K.gate[t * W + i];
+            s += dact[t * W + i] * gv / (1.0 + std::exp(-gv)) * K.up[t * W + i];
+          }
+          ds[i] += static_cast<float>(s);
+        }
+      }
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < W; ++i) dact[t * W + i] *= (*sc)[i];
+    }
+    if (alive)
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < W; ++i)
+          if (!(*alive)[i]) dact[t * W + i] = 0.0f;
     swiglu_backward(K.gate.data(), K.up.data(), T * W, dact.data(), dgate.data(), dup.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
                     grad(g, name(TensorRole::FfnGate), W * H), nullptr);

@@ -56,6 +56,13 @@ struct BackwardOptions {
   /// false: the truncated gradient of §2.2 — the residual's gradient skips the attention branches
   /// (q/k/v/o, their biases and norms and the input norms get none).
   bool through_attention = true;
+  /// The forward runs under this variant (nullptr = dense): its FFN neuron masks zero their
+  /// neurons' gradients and its soft gates (Variant::ffn_scale) scale the FFN activation; a variant
+  /// that closes a layer or a head is refused (Error(Unsupported)).
+  const model::Variant* variant = nullptr;
+  /// When set, gets the gradient of every soft gate the variant has: [layers][width] (resized;
+  /// rows of layers without gates stay empty), added into.
+  std::vector<std::vector<float>>* ffn_scale_grad = nullptr;
 };
 
 /// lm_loss_backward(inputs, targets) under `opt`. Throws as it, and Error(InvalidArgument) for

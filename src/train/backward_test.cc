@@ -136,5 +136,48 @@ TEST(Backward, TailTruncationAndKlOptions) {
   EXPECT_THROW(lm_loss_backward(*m, in, tg, gk, kl), Error);
 }
 
+// Soft neuron gates and a neuron mask on the FFN activation (a variant from model::open_variant):
+// the loss, every tensor's gradient and every gate's gradient against torch (grad_oracle.py,
+// llama_gates.json).
+TEST(Backward, SoftGatesAndMaskMatchTorch) {
+  auto c = model::test::load_case("llama");
+  ASSERT_TRUE(c);
+  std::ifstream f(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/grad/llama_gates.json");
+  ASSERT_TRUE(f);
+  const auto gold = nlohmann::json::parse(f);
+  auto m = exact_model(*c);
+  model::Variant v = model::open_variant(*m->weights());
+  const auto gates = gold["gates"].get<std::vector<std::vector<double>>>();
+  for (size_t l = 0; l < gates.size(); ++l) v.ffn_scale[l].assign(gates[l].begin(), gates[l].end());
+  v.ffn_alive[0].assign(gates[0].size(), 1);
+  for (uint32_t i : gold["masked_layer0"].get<std::vector<uint32_t>>()) v.ffn_alive[0][i] = 0;
+  BackwardOptions o;
+  o.variant = &v;
+  std::vector<std::vector<float>> dg;
+  o.ffn_scale_grad = &dg;
+  const std::span<const uint32_t> p(c->prompt);
+  Grads g;
+  const double loss = lm_loss_backward(*m, p.first(p.size() - 1), p.subspan(1), g, o);
+  EXPECT_NEAR(loss, gold["loss"].get<double>(), 1e-5 * gold["loss"].get<double>());
+  const auto close = [](const std::vector<float>& got, const std::vector<double>& want,
+                        const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::abs(want[i]));
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << what;
+  };
+  for (const auto& [name, want] : gold["grads"].items())
+    close(g.at(name), want.get<std::vector<double>>(), name);
+  const auto want_g = gold["gate_grads"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(dg.size(), want_g.size());
+  for (size_t l = 0; l < dg.size(); ++l) close(dg[l], want_g[l], "gates of layer " + std::to_string(l));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(dg[0][i], 0.0f) << "a masked neuron's gate gets no gradient";
+  v.head_alive[1][0] = 0;
+  EXPECT_THROW(lm_loss_backward(*m, p.first(p.size() - 1), p.subspan(1), g, o), Error);
+}
+
 }  // namespace
 }  // namespace cortiq::train

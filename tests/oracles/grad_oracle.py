@@ -20,6 +20,47 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "
 FAMILIES = ["llama", "qwen2", "qwen3", "llama3_rope"]
 
 
+def gated_mlp(c, W, p, x):
+    """fwd_oracle.mlp with the soft neuron gates of a variant: act ⊙ alive ⊙ gates (p + '__gates')."""
+    a = fo.act(c, W[p + "gate_proj.weight"] @ x) * (W[p + "up_proj.weight"] @ x)
+    if p + "__gates" in W:
+        a = a * W[p + "__alive"] * W[p + "__gates"]
+    return W[p + "down_proj.weight"] @ a
+
+
+def gates_case():
+    """llama with soft gates on every layer's FFN (uniform in [0.5, 1.5], seed 7) and neurons 0..3 of
+    layer 0 masked: the loss, every gate's gradient and every tensor's."""
+    names = list(fo.FAMILIES.keys())
+    c = dict(fo.BASE)
+    seed = 1000 + names.index("llama")
+    tl = fo.tensors_for(c)
+    W = {n: fo.gen_tensor(seed, n, s, k).double().requires_grad_(True) for n, s, k in tl}
+    rng = np.random.default_rng(seed)
+    prompt = [int(x) for x in rng.integers(0, c["vocab"], 12)]
+    g_rng = np.random.default_rng(7)
+    gates = []
+    for l in range(c["layers"]):
+        g = torch.tensor(g_rng.uniform(0.5, 1.5, c["ffn"]).astype(np.float32)).double().requires_grad_(True)
+        alive = torch.ones(c["ffn"], dtype=torch.float64)
+        if l == 0:
+            alive[:4] = 0
+        W[f"model.layers.{l}.mlp.__gates"] = g
+        W[f"model.layers.{l}.mlp.__alive"] = alive
+        gates.append(g)
+    fo.mlp = gated_mlp
+    logits = fo.forward(c, W, prompt)
+    loss = torch.nn.functional.cross_entropy(logits[:-1].double(), torch.tensor(prompt[1:]))
+    loss.backward()
+    doc = dict(family="llama", seed=seed, prompt=prompt, loss=float(loss), gate_seed=7, masked_layer0=[0, 1, 2, 3],
+               gates=[[float(x) for x in g.detach().tolist()] for g in gates],
+               gate_grads=[[float("%.9g" % x) for x in g.grad.tolist()] for g in gates],
+               grads={n: [float("%.9g" % x) for x in W[n].grad.reshape(-1).tolist()] for n, _, _ in tl})
+    with open(os.path.join(OUT, "llama_gates.json"), "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print("llama_gates loss", float(loss))
+
+
 def main():
     torch.set_grad_enabled(True)
     # fwd_oracle computes norms and softmax in .float(): here everything is float64.
@@ -57,6 +98,7 @@ def main():
         with open(os.path.join(OUT, fam + ".json"), "w") as f:
             json.dump(doc, f, separators=(",", ":"))
         print(fam, "loss", float(loss))
+    gates_case()
 
 
 if __name__ == "__main__":
