@@ -1,7 +1,7 @@
 // `cortiq train` end to end on the embedded model's tokenizer: a tiny llama trained for 30 steps on
 // a short repeated text lowers its loss, writes an HF folder that `convert` → `verify` → `run`
-// take, and bad input (text that is not UTF-8, heads that do not divide hidden_size) is refused by
-// name with nothing written.
+// take (and `train --init` fine-tunes from), and bad input (text that is not UTF-8, heads that do not divide
+// hidden_size) is refused by name with nothing written.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,6 +68,17 @@ TEST_F(TrainCli, TrainsConvertsAndRuns) {
   EXPECT_EQ(rc, 0) << o;
   o = cli("run " + cmf.string() + " -p 'Once upon a' -n 6 --greedy", &rc);
   EXPECT_EQ(rc, 0) << o;
+
+  // Fine-tuning from the converted file starts where the first run ended, not from scratch.
+  const fs::path out2 = dir_ / "tuned", log2 = dir_ / "log2.jsonl";
+  o = cli("train -o " + out2.string() + " --init " + cmf.string() + " --tokenizer " + tok() + " --data " +
+              text.string() + " --batch 2 --seq-len 16 --steps 3 --lr 1e-3 --warmup 1 --log " + log2.string(),
+          &rc);
+  ASSERT_EQ(rc, 0) << o;
+  std::ifstream lf2(log2);
+  std::string first;
+  std::getline(lf2, first);
+  EXPECT_LT(nlohmann::json::parse(first)["loss"].get<double>(), 0.6 * rows.front()["loss"].get<double>());
 }
 
 TEST_F(TrainCli, BadInputIsNamed) {

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cmf/reader.h"
+#include "model/cmf_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/hf_export.h"
 #include "train/trainer.h"
@@ -31,7 +33,7 @@ namespace cortiq::cli {
 namespace {
 
 struct TrainArgs {
-  std::string output, tokenizer, resume, log, config;
+  std::string output, tokenizer, resume, log, config, init;
   std::vector<std::string> data, val;
   train::LlamaConfig model;
   train::TrainOptions opt;
@@ -90,6 +92,12 @@ void train_cmd(TrainArgs& a) {
   std::optional<train::Trainer> tr;
   if (!a.resume.empty()) {
     tr.emplace(train::Trainer::load(a.resume));
+  } else if (!a.init.empty()) {  // fine-tuning: the weights (decoded to f32) and arch of a .cmf
+    const cmf::Reader r = cmf::Reader::open(a.init);
+    if (r.header().arch.vocab_size != tok.vocab_size())
+      fail(ErrorKind::InvalidArgument, "train: --init '{}' has a vocabulary of {}, the tokenizer {}", a.init,
+           r.header().arch.vocab_size, tok.vocab_size());
+    tr.emplace(r.header().arch, train::Params::from_source(model::CmfTensorSource(r)), a.opt);
   } else {
     if (!a.config.empty()) apply_config_file(a.config, a.model);
     a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
@@ -183,6 +191,7 @@ void setup(CLI::App& root) {
       ->required();
   c->add_option("--data", a->data, "training text file (repeat the flag)")->required();
   c->add_option("--val", a->val, "validation text file (repeat the flag)");
+  c->add_option("--init", a->init, "start from the weights and architecture of this .cmf (fine-tuning)");
   c->add_option("--config", a->config,
                 "JSON with HF LlamaConfig fields (hidden_size, num_hidden_layers, ...)");
   c->add_option("--hidden-size", a->model.hidden_size)->capture_default_str();
