@@ -3,11 +3,12 @@
 # the numbers its MANIFEST gives: per-domain perplexity on the val and test splits (`cortiq ppl
 # --ctx 256`, llama.cpp's chunked procedure: the second half of each 256-token chunk is scored) and
 # one greedy continuation per domain, after convert → verify; the loss curve as a PNG.
-# Usage: scripts/testbed_report.sh [WORK_DIR=/tmp/cortiq-testbed-report] [THREADS=2]
+# Usage: scripts/testbed_report.sh [WORK_DIR=/tmp/cortiq-testbed-report] [THREADS=2] [CHUNKS=-1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-/tmp/cortiq-testbed-report}
 THREADS=${2:-2}
+CHUNKS=${3:--1}  # chunks per split (-1 = all)
 CORPUS=../shared/data/testbed-corpus
 BIN=build/cortiq
 mkdir -p "$WORK"
@@ -16,10 +17,10 @@ $BIN verify "$WORK/testbed-f32.cmf"
 echo "| domain | val ppl | test ppl |"
 echo "|---|---:|---:|"
 for d in code scripture dictionary manuals; do
-  v=$($BIN ppl "$WORK/testbed-f32.cmf" -f "$CORPUS/$d/val.txt" --ctx 256 --threads "$THREADS" --exact 2>/dev/null |
-    sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
-  t=$($BIN ppl "$WORK/testbed-f32.cmf" -f "$CORPUS/$d/test.txt" --ctx 256 --threads "$THREADS" --exact 2>/dev/null |
-    sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+  v=$($BIN ppl "$WORK/testbed-f32.cmf" -f "$CORPUS/$d/val.txt" --ctx 256 --chunks "$CHUNKS" --threads "$THREADS" --exact 2>/dev/null |
+    sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' | tail -1)
+  t=$($BIN ppl "$WORK/testbed-f32.cmf" -f "$CORPUS/$d/test.txt" --ctx 256 --chunks "$CHUNKS" --threads "$THREADS" --exact 2>/dev/null |
+    sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' | tail -1)
   echo "| $d | $v | $t |"
 done
 declare -A prompt=([code]="def read_config(path):" [scripture]="And the LORD said unto Moses," \
