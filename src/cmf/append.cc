@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "cmf/hash.h"
@@ -324,6 +325,17 @@ AppendResult append_in_place(const std::string& path, const Header& header, std:
   }
   const uint64_t new_size = pos;
   const auto env_bytes = ne.encode();
+
+  const std::string sig = path + ".sig";
+  if (std::error_code ec; std::filesystem::exists(sig, ec)) {
+    if (!opt.remove_signature)
+      fail(ErrorKind::InvalidArgument,
+           "{}: the file is signed ({}); appending changes its SHA-256 and would leave a stale signature — "
+           "remove {} and sign the grown file again (`cortiq sign`)",
+           path, sig, sig);
+    if (!std::filesystem::remove(sig, ec) || ec)
+      fail(ErrorKind::Io, "{}: cannot remove the stale signature: {}", sig, ec.message());
+  }
 
   // ---- write: intent, payloads, sections, header, directory; truncate; fsync
   AppendIntent intent{hash64(old_env), new_size, ne.header_hash, ne.dir_hash};

@@ -84,6 +84,10 @@ struct AppendOptions {
   std::optional<std::vector<uint8_t>> masks;
   /// Validate each added payload with quant::validate_payload (u8 is raw bytes).
   bool validate_payloads = true;
+  /// A detached signature `<path>.sig` (FORMAT-NOTES §1.17) covers the file's SHA-256, which an
+  /// append changes. false: refuse such a file; true: delete the .sig (before any byte is written,
+  /// so an interrupted append leaves an unsigned old file) — sign the grown file again afterwards.
+  bool remove_signature = false;
   /// Testing: a fault point (see kAppendFaultPoints) at which the process calls _exit(137), as if
   /// killed. Empty = the environment variable CORTIQ_FAULT_APPEND, if set.
   std::string fault_point;
@@ -113,7 +117,8 @@ struct AppendResult {
 /// Deterministic: the same file, header, tensors and options give the same bytes, whatever stale
 /// tail an interrupted append left. Holds an exclusive flock on the file while it works.
 ///
-/// Throws Error(Unsupported) for a shard set member or a SKILL_FILE (bit 6) input, or a header
+/// Throws Error(InvalidArgument) when `<path>.sig` exists and opt.remove_signature is false;
+/// Error(Unsupported) for a shard set member or a SKILL_FILE (bit 6) input, or a header
 /// that would make the file one (a shard block, a skill record with base_dir_hash);
 /// Error(Bounds) when bytes after the last section are not the stale tail of one of our appends
 /// (another tool appended: compact the file first) or the envelope changed while we worked;

@@ -311,6 +311,17 @@ TEST(Append, Refusals) {
   append_in_place(p, with_skill(h, "x"), add);
   open_verified(p);
 
+  // a signed file: refused unless the caller asks to drop the stale signature
+  write_all(p + ".sig", std::span(reinterpret_cast<const uint8_t*>("{}"), 2));
+  const auto before_sig = read_all(p);
+  EXPECT_EQ(kind_of([&] { append_in_place(p, h, {}); }), ErrorKind::InvalidArgument);
+  EXPECT_EQ(read_all(p), before_sig);
+  AppendOptions rs;
+  rs.remove_signature = true;
+  append_in_place(p, h, {}, {}, rs);
+  EXPECT_FALSE(fs::exists(p + ".sig"));
+  open_verified(p);
+
   // a SKILL_FILE and a shard set member
   const std::string skf = tmp("skill_file.cmf");
   std::vector<TensorData> one = {{"skill.x.big", DType::F32, {4}, pattern(16, 1)}};
@@ -446,6 +457,42 @@ TEST(AppendCrash, StaleTailIsAcceptedOnlyForThisEnvelope) {
   for (const auto& s : problems) tail_flagged |= s.find("unused byte") != std::string::npos;
   EXPECT_TRUE(tail_flagged);
   EXPECT_THROW(append_in_place(q, base_header(), skill_tensors("k", 1)), Error);
+}
+
+// A torn envelope (any byte prefix of the new envelope over the old one: a torn sector, which a
+// kill cannot produce) is never taken for a third file: it reads as the old one (nothing that
+// matters written yet), the new one (all of it), or is refused by open or the section hash check.
+TEST(AppendCrash, TornEnvelopeIsOldNewOrRefused) {
+  const std::string base = make_base("torn_base.cmf");
+  const std::string clean = tmp("torn_clean.cmf");
+  fs::copy_file(base, clean);
+  append_in_place(clean, with_skill(base_header(), "k"), skill_tensors("k", 77));
+  const std::vector<uint8_t> new_bytes = read_all(clean);
+  const Content old_c = content(Reader::open(base)), new_c = content(Reader::open(clean));
+  int olds = 0, refused = 0;
+  for (size_t k = 0; k <= kEnvelopeSize; ++k) {
+    SCOPED_TRACE(k);
+    std::vector<uint8_t> f = new_bytes;  // the tail is complete (fsynced before the envelope write)
+    const std::vector<uint8_t> old_bytes = read_all(base);
+    std::copy(old_bytes.begin() + k, old_bytes.begin() + kEnvelopeSize, f.begin() + k);
+    try {
+      Reader r = Reader::open_memory(f);
+      r.check_sections();
+      const Content c = content(r);
+      if (c == old_c) {
+        ++olds;
+        continue;
+      }
+      EXPECT_EQ(c, new_c);
+      EXPECT_TRUE(r.verify().empty());
+      EXPECT_EQ(k, kEnvelopeSize);
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  std::printf("[torn envelope] 129 prefixes: %d old, %d refused, 1 new\n", olds, refused);
+  EXPECT_GE(olds, 16);  // magic, version, flags, features unchanged
+  EXPECT_GT(refused, 100);
 }
 
 }  // namespace
