@@ -192,6 +192,7 @@ AppendResult append_in_place(const std::string& path, const Header& header, std:
 
   OpenOptions oo;
   oo.open_shard_set = false;
+  oo.validate_payloads = false;  // an append costs O(new bytes): payloads were validated when written
   const Reader r = Reader::open(path, oo);
   r.check_sections();  // nothing damaged gets fresh hashes
   if (r.header().shard)

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -457,6 +459,55 @@ TEST(AppendCrash, StaleTailIsAcceptedOnlyForThisEnvelope) {
   for (const auto& s : problems) tail_flagged |= s.find("unused byte") != std::string::npos;
   EXPECT_TRUE(tail_flagged);
   EXPECT_THROW(append_in_place(q, base_header(), skill_tensors("k", 1)), Error);
+}
+
+// Real kills: SIGKILL at moments spread over 1.3× the time a clean append of 1 MiB takes here (the
+// named fault points above fix where; this checks that no moment in between is worse). Only
+// old-or-new is asserted; how many land on each side depends on the machine.
+TEST(AppendCrash, SigkillAtSpreadMomentsIsOldOrNew) {
+  const std::string base = make_base("kill_base.cmf");
+  std::vector<TensorData> add = {{"skill.k.huge", DType::F32, {512, 512}, pattern(1 << 20, 9)}};
+  const Header h = with_skill(base_header(), "k");
+  const std::string clean = tmp("kill_clean.cmf");
+  fs::copy_file(base, clean);
+  const auto t0 = std::chrono::steady_clock::now();
+  append_in_place(clean, h, add);
+  const double span_us =
+      1.3 * std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<uint8_t> clean_bytes = read_all(clean);
+  const Content old_c = content(Reader::open(base)), new_c = content(Reader::open(clean));
+  int olds = 0, news = 0;
+  constexpr int kKills = 16;
+  for (int i = 0; i < kKills; ++i) {
+    SCOPED_TRACE(i);
+    const std::string p = tmp("kill.cmf");
+    fs::copy_file(base, p, fs::copy_options::overwrite_existing);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        append_in_place(p, h, add);
+      } catch (...) {
+        ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    ::usleep(static_cast<useconds_t>(span_us * i / (kKills - 1)));
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    const State s = classify(p, old_c, new_c);
+    ASSERT_NE(s, State::Broken);
+    if (s == State::Old) {
+      ++olds;
+      append_in_place(p, h, add);
+    } else {
+      ++news;
+    }
+    EXPECT_EQ(read_all(p), clean_bytes);
+  }
+  std::printf("[sigkill] %d kills over %.1f ms: %d old, %d new\n", kKills, span_us / 1000, olds, news);
 }
 
 // A torn envelope (any byte prefix of the new envelope over the old one: a torn sector, which a
