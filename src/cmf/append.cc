@@ -141,9 +141,7 @@ uint64_t envelope_end(const Envelope& e) noexcept {
 
 bool is_stale_append_tail(std::span<const uint8_t> file, uint64_t end) noexcept {
   const uint64_t m = align_up(end, 64);
-  if (file.size() < kEnvelopeSize || end > file.size() || file.size() - m < kAppendIntentSize ||
-      m > file.size())
-    return false;
+  if (file.size() < kEnvelopeSize || m > file.size() || file.size() - m < kAppendIntentSize) return false;
   if (!all_zero(file.subspan(end, m - end))) return false;
   const auto rec = AppendIntent::decode(file.subspan(m, kAppendIntentSize));
   return rec && rec->old_envelope_hash == hash64(file.first(kEnvelopeSize));

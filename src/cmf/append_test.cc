@@ -3,7 +3,9 @@
 // appended region at every 4 KiB boundary.
 #include "cmf/append.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +326,18 @@ TEST(Append, Refusals) {
   EXPECT_FALSE(fs::exists(p + ".sig"));
   open_verified(p);
 
+  // another appender holds the lock; an unknown fault point name
+  {
+    const int fd = ::open(p.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    EXPECT_EQ(kind_of([&] { append_in_place(p, h, {}); }), ErrorKind::Io);
+    ::close(fd);
+  }
+  AppendOptions typo;
+  typo.fault_point = "payload";
+  EXPECT_EQ(kind_of([&] { append_in_place(p, h, {}, {}, typo); }), ErrorKind::InvalidArgument);
+
   // a SKILL_FILE and a shard set member
   const std::string skf = tmp("skill_file.cmf");
   std::vector<TensorData> one = {{"skill.x.big", DType::F32, {4}, pattern(16, 1)}};
@@ -362,7 +376,10 @@ int append_in_child(const std::string& p, const std::string& point) {
   if (pid == 0) {
     try {
       AppendOptions o;
-      o.fault_point = point;
+      if (point == "header")  // through the environment, as a CLI process would get it
+        ::setenv("CORTIQ_FAULT_APPEND", point.c_str(), 1);
+      else
+        o.fault_point = point;
       append_in_place(p, with_skill(base_header(), "k"), skill_tensors("k", 77), {}, o);
     } catch (...) {
       ::_exit(1);
