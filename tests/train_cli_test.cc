@@ -121,6 +121,55 @@ TEST_F(TrainCli, TrainableSubsetOfAnHfFolder) {
   EXPECT_NE(o.find("'model.layer.1.*' matches no parameter"), std::string::npos) << o;
 }
 
+std::vector<double> losses(const fs::path& log, const char* key) {
+  std::vector<double> v;
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) v.push_back(j[key].get<double>());
+  }
+  return v;
+}
+
+// `tokenize --bin` then `train --data x.bin --val y.bin` draws the same windows and gets the same
+// losses, bit for bit, as training from the text files.
+TEST_F(TrainCli, TokenFileTrainsLikeText) {
+  const fs::path text = dir_ / "text.txt", other = dir_ / "other.txt", bin = dir_ / "train.bin",
+                 vbin = dir_ / "val.bin";
+  {
+    std::ofstream f(other);
+    for (int i = 0; i < 20; ++i) f << "The sun was warm and the little dog ran to the park.\n";
+  }
+  int rc = -1;
+  std::string o = cli(
+      "tokenize " + tok() + " -f " + text.string() + " " + other.string() + " --bin " + bin.string(), &rc);
+  ASSERT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("from 2 files"), std::string::npos) << o;
+  o = cli("tokenize " + tok() + " -f " + other.string() + " --bin " + vbin.string(), &rc);
+  ASSERT_EQ(rc, 0) << o;
+  const std::string common = " --tokenizer " + tok() + tiny() + "--steps 4 --eval-every 2 ";
+  o = cli("train -o " + (dir_ / "a").string() + " --data " + text.string() + " --data " + other.string() +
+              " --val " + other.string() + common + "--log " + (dir_ / "a.jsonl").string(),
+          &rc);
+  ASSERT_EQ(rc, 0) << o;
+  o = cli("train -o " + (dir_ / "b").string() + " --data " + bin.string() + " --val " + vbin.string() +
+              common + "--log " + (dir_ / "b.jsonl").string(),
+          &rc);
+  ASSERT_EQ(rc, 0) << o;
+  const auto la = losses(dir_ / "a.jsonl", "loss"), lb = losses(dir_ / "b.jsonl", "loss");
+  ASSERT_EQ(la.size(), 4u);
+  EXPECT_EQ(la, lb);
+  const auto va = losses(dir_ / "a.jsonl", "val_loss"), vb = losses(dir_ / "b.jsonl", "val_loss");
+  ASSERT_EQ(va.size(), 2u);
+  EXPECT_EQ(va, vb);
+  // a token file given with other files is refused
+  o = cli(
+      "train -o " + (dir_ / "c").string() + " --data " + bin.string() + " --data " + text.string() + common,
+      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("mixes the token file"), std::string::npos) << o;
+}
+
 TEST_F(TrainCli, BadInputIsNamed) {
   const fs::path bad = dir_ / "bad.txt", out = dir_ / "m";
   {

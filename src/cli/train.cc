@@ -24,11 +24,11 @@
 #include "tokenizer/tokenizer.h"
 #include "train/hf_export.h"
 #include "train/hf_import.h"
+#include "train/token_file.h"
 #include "train/trainer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/progress.h"
-#include "util/utf8.h"
 
 namespace cortiq::cli {
 namespace {
@@ -47,22 +47,27 @@ extern "C" void on_train_sigint(int) {
   g_stop.store(true);
 }
 
-/// The files' tokens, one stream: each file encoded without specials, then `sep` after it.
-std::vector<uint32_t> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& files,
-                                     uint32_t sep, const char* what) {
-  std::vector<uint32_t> all;
-  Progress bar(std::string("tokenizing ") + what, files.size(), "file");
-  for (const std::string& f : files) {
-    const std::string text = read_input(f);
-    if (text.empty()) fail(ErrorKind::InvalidArgument, "train: {} file '{}' is empty", what, f);
-    if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos)
-      fail(ErrorKind::Parse, "train: {} file '{}' is not UTF-8 at byte offset {}", what, f, bad);
-    const auto ids = tok.encode(text, false);
-    all.insert(all.end(), ids.begin(), ids.end());
-    all.push_back(sep);
-    bar.advance(1);
-  }
-  return all;
+/// One split's tokens: a token file (`cortiq tokenize --bin`) mapped, or text files tokenized here.
+struct Split {
+  std::vector<uint32_t> ids;
+  std::optional<train::TokenFile> file;
+  train::Tokens tokens() const { return file ? file->tokens() : train::Tokens(ids); }
+  size_t size() const { return tokens().size(); }
+};
+
+/// --data / --val: exactly one token file, or text files (train::tokenize_files).
+void load_split(Split& s, const Tokenizer& tok, const std::vector<std::string>& files, const char* what) {
+  for (const std::string& f : files)
+    if (train::is_token_file(f)) {
+      if (files.size() != 1)
+        fail(ErrorKind::InvalidArgument,
+             "train: the {} data mixes the token file '{}' with other files: give one token file or text "
+             "files",
+             what, f);
+      s.file.emplace(f, tok.vocab_size());
+      return;
+    }
+  s.ids = train::tokenize_files(tok, files, what);
 }
 
 /// "a,b,,c" → {"a", "b", "c"} (empty items dropped).
@@ -98,10 +103,10 @@ void apply_config_file(const std::string& path, train::LlamaConfig& m) {
 void train_cmd(TrainArgs& a) {
   const Tokenizer tok = Tokenizer::from_file(a.tokenizer);
   const auto eos = tok.token_to_id("<|endoftext|>");
-  const uint32_t sep = eos ? *eos : 0;
-  const auto train_ids = tokenize_files(tok, a.data, sep, "train");
-  const auto val_ids =
-      a.val.empty() ? std::vector<uint32_t>{} : tokenize_files(tok, a.val, sep, "validation");
+  Split train_split, val_split;
+  load_split(train_split, tok, a.data, "train");
+  if (!a.val.empty()) load_split(val_split, tok, a.val, "validation");
+  const train::Tokens train_ids = train_split.tokens(), val_ids = val_split.tokens();
   std::optional<train::Trainer> tr;
   if (!a.resume.empty()) {
     tr.emplace(train::Trainer::load(a.resume));
@@ -219,8 +224,9 @@ void setup(CLI::App& root) {
       ->required();
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (e.g. from train-tokenizer); sets vocab_size")
       ->required();
-  c->add_option("--data", a->data, "training text file (repeat the flag)")->required();
-  c->add_option("--val", a->val, "validation text file (repeat the flag)");
+  c->add_option("--data", a->data, "training text files, or one token file from `tokenize --bin`")
+      ->required();
+  c->add_option("--val", a->val, "validation text files, or one token file from `tokenize --bin`");
   c->add_option("--init", a->init,
                 "start from the weights and architecture of this .cmf or HF folder (fine-tuning)");
   c->add_option("--trainable", a->trainable,

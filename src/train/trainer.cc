@@ -116,7 +116,7 @@ Trainer::Trainer(cmf::ModelArch arch, Params params, TrainOptions opt)
   }
 }
 
-double Trainer::step(std::span<const uint32_t> train) {
+double Trainer::step(const Tokens& train) {
   const size_t win = o_.seq_len + 1;
   if (train.size() < win)
     fail(ErrorKind::InvalidArgument, "train: the data has {} tokens, a window needs {}", train.size(), win);
@@ -127,7 +127,8 @@ double Trainer::step(std::span<const uint32_t> train) {
   BackwardOptions bo;
   bo.first_layer = first_layer_;
   for (uint32_t b = 0; b < o_.batch; ++b) {
-    const auto w = train.subspan(start(rng_), win);
+    const auto v = train.slice(start(rng_), win);
+    const std::span<const uint32_t> w(v);
     loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g, bo);
   }
   // Frozen tensors above first_layer (or a tied head's embedding) still got a gradient: drop it, so
@@ -149,7 +150,7 @@ double Trainer::step(std::span<const uint32_t> train) {
   return loss / o_.batch;
 }
 
-double Trainer::evaluate(std::span<const uint32_t> tokens, size_t max_windows) {
+double Trainer::evaluate(const Tokens& tokens, size_t max_windows) {
   const size_t win = o_.seq_len + 1;
   if (tokens.size() < win)
     fail(ErrorKind::InvalidArgument, "train: {} validation tokens, a window needs {}", tokens.size(), win);
@@ -157,7 +158,8 @@ double Trainer::evaluate(std::span<const uint32_t> tokens, size_t max_windows) {
   double sum = 0.0;
   size_t n = 0;
   for (size_t s = 0; s + win <= tokens.size() && (!max_windows || n < max_windows); s += o_.seq_len, ++n) {
-    const auto w = tokens.subspan(s, win);
+    const auto v = tokens.slice(s, win);
+    const std::span<const uint32_t> w(v);
     sum += lm_loss(*m, w.first(o_.seq_len), w.subspan(1));
   }
   return sum / static_cast<double>(n);

@@ -12,6 +12,7 @@
 #include "cmf/header.h"
 #include "train/adamw.h"
 #include "train/params.h"
+#include "train/token_file.h"
 
 namespace cortiq::train {
 
@@ -59,11 +60,11 @@ class Trainer {
   /// token). Throws Error(InvalidArgument) when `train` is shorter than a window, Error(NonFinite)
   /// naming the step and the parameter when a gradient is NaN or ±Inf (the parameters are not
   /// touched then).
-  double step(std::span<const uint32_t> train);
+  double step(const Tokens& train);
 
   /// Mean loss over consecutive non-overlapping windows of `tokens` (at most max_windows of them;
   /// 0 = all): nats per predicted token. Throws Error(InvalidArgument) when none fits.
-  double evaluate(std::span<const uint32_t> tokens, size_t max_windows = 0);
+  double evaluate(const Tokens& tokens, size_t max_windows = 0);
 
   /// Writes the state to `dir` (created): params.safetensors, optimizer.safetensors (m., v.) and
   /// trainer.json (step, options, sampler state, frozen parameters), each through a temporary
