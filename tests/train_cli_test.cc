@@ -61,7 +61,7 @@ TEST_F(TrainCli, TrainsConvertsAndRuns) {
   EXPECT_FALSE(rows[8].contains("val_loss"));
   for (const char* f :
        {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-        "checkpoint/trainer.json", "checkpoint/params.safetensors", "checkpoint/optimizer.safetensors"})
+        "checkpoint/trainer.json", "checkpoint/params-30.safetensors", "checkpoint/optimizer-30.safetensors"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   const fs::path cmf = dir_ / "model.cmf";
   o = cli("convert " + out.string() + " --quant f32 -o " + cmf.string(), &rc);
@@ -189,6 +189,43 @@ TEST_F(TrainCli, BadInputIsNamed) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(o.find("does not divide hidden_size"), std::string::npos) << o;
   EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+}
+
+// An empty or whitespace-only split, a context longer than the data, and a full disk while saving a
+// checkpoint: each a named error, and nothing half-written left behind.
+TEST_F(TrainCli, BadSplitsAndAFullDiskAreNamed) {
+  const fs::path out = dir_ / "m", empty = dir_ / "empty.txt", blank = dir_ / "blank.txt",
+                 shortf = dir_ / "short.txt", text = dir_ / "text.txt";
+  std::ofstream(empty).flush();
+  std::ofstream(blank) << "  \n\t\n   ";
+  std::ofstream(shortf) << "Once upon a time.";
+  const std::string base = "train -o " + out.string() + " --tokenizer " + tok() + tiny() + "--steps 2 ";
+  int rc = -1;
+  std::string o = cli(base + "--data " + text.string() + " --val " + empty.string(), &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("validation file '" + empty.string() + "' is empty"), std::string::npos) << o;
+  o = cli(base + "--data " + blank.string(), &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("train file '" + blank.string() + "' is only whitespace"), std::string::npos) << o;
+  o = cli(base + "--data " + shortf.string(), &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("shorter than a window of 17"), std::string::npos) << o;
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+
+  // Full disk: RLIMIT_FSIZE (ulimit -f, 1 KiB blocks) with SIGXFSZ ignored makes write() fail with
+  // EFBIG past 8 KiB — the tiny model's checkpoint is ~90 KiB. (train.Trainer.FullDiskKeepsThe
+  // PreviousCheckpoint shows that an earlier checkpoint survives and resumes bit-identically.)
+  o = cortiq::test::sh("trap '' XFSZ; ulimit -f 8; exec " + std::string(CORTIQ_CLI_PATH) + " " + base +
+                           "--data " + text.string() + " --save-every 1 2>&1",
+                       &rc);
+  EXPECT_NE(rc, 0) << o;
+  EXPECT_NE(o.find("checkpoint of step 1 not saved"), std::string::npos) << o;
+  EXPECT_NE(o.find("params-1.safetensors"), std::string::npos) << o;
+  EXPECT_NE(o.find("File too large"), std::string::npos) << o;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out / "checkpoint"))
+    left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << left.front();
 }
 
 }  // namespace

@@ -126,10 +126,19 @@ double Trainer::step(const Tokens& train) {
   std::uniform_int_distribution<size_t> start(0, train.size() - win);
   BackwardOptions bo;
   bo.first_layer = first_layer_;
-  for (uint32_t b = 0; b < o_.batch; ++b) {
-    const auto v = train.slice(start(rng_), win);
-    const std::span<const uint32_t> w(v);
-    loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g, bo);
+  // The sampler state is restored when the step fails, so the state stays that of the last good step.
+  const std::mt19937_64 rng_before = rng_;
+  try {
+    for (uint32_t b = 0; b < o_.batch; ++b) {
+      const auto v = train.slice(start(rng_), win);
+      const std::span<const uint32_t> w(v);
+      loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g, bo);
+    }
+    if (!std::isfinite(loss)) fail(ErrorKind::NonFinite, "the loss is {}", loss);
+  } catch (const Error& e) {
+    rng_ = rng_before;
+    if (e.kind() != ErrorKind::NonFinite) throw;
+    fail(ErrorKind::NonFinite, "train: step {}: {}", opt_.steps() + 1, e.message());
   }
   // Frozen tensors above first_layer (or a tied head's embedding) still got a gradient: drop it, so
   // that the clipping norm is the trainable set's (torch clips the optimizer's parameters).
@@ -141,9 +150,11 @@ double Trainer::step(const Tokens& train) {
   for (auto& [name, v] : g)
     for (float& x : v) {
       x *= inv;
-      if (!std::isfinite(x))
+      if (!std::isfinite(x)) {
+        rng_ = rng_before;
         fail(ErrorKind::NonFinite, "train: step {}: the gradient of '{}' is not finite", opt_.steps() + 1,
              name);
+      }
     }
   grad_norm_ = clip_grad_norm(g, o_.clip);
   opt_.step(params_, g, lr_at(opt_.steps(), o_.warmup, o_.steps, o_.lr, o_.min_lr));
@@ -166,24 +177,49 @@ double Trainer::evaluate(const Tokens& tokens, size_t max_windows) {
 }
 
 void Trainer::save(const std::string& dir) const {
-  std::filesystem::create_directories(dir);
-  std::vector<convert::StF32> ps, os;
-  for (const auto& [name, t] : params_.all()) ps.push_back({name, t.shape, t.value});
-  auto& self = const_cast<AdamW&>(opt_);
-  for (auto& [name, v] : self.m()) os.push_back({"m." + name, params_.all().at(name).shape, v});
-  for (auto& [name, v] : self.v()) os.push_back({"v." + name, params_.all().at(name).shape, v});
-  convert::write_safetensors_f32(dir + "/params.safetensors", ps);
-  convert::write_safetensors_f32(dir + "/optimizer.safetensors", os);
-  std::ostringstream rng;
-  rng << rng_;
-  const nlohmann::json j = {
-      {"format", "cortiq-train-checkpoint-1"}, {"step", opt_.steps()},  {"arch", cmf::arch_to_json(arch_)},
-      {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()},
-      {"frozen", params_.frozen_names()}};
-  const std::string s = j.dump(2) + "\n";
-  AtomicFile f(dir + "/trainer.json", "trainer.json");
-  f.write(s.data(), s.size());
-  f.commit();
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  // The tensors go to files named for the step; trainer.json, renamed into place last, names them.
+  // A save that fails part-way (a full disk) leaves the previous trainer.json and its files intact.
+  const std::string tag = std::to_string(opt_.steps());
+  const std::string pname = "params-" + tag + ".safetensors", oname = "optimizer-" + tag + ".safetensors";
+  std::string prev_p, prev_o;
+  if (std::ifstream in(dir + "/trainer.json"); in) {
+    const auto old = nlohmann::json::parse(in, nullptr, false);
+    if (old.is_object()) {
+      prev_p = old.value("params_file", "params.safetensors");
+      prev_o = old.value("optimizer_file", "optimizer.safetensors");
+    }
+  }
+  try {
+    std::vector<convert::StF32> ps, os;
+    for (const auto& [name, t] : params_.all()) ps.push_back({name, t.shape, t.value});
+    auto& self = const_cast<AdamW&>(opt_);
+    for (auto& [name, v] : self.m()) os.push_back({"m." + name, params_.all().at(name).shape, v});
+    for (auto& [name, v] : self.v()) os.push_back({"v." + name, params_.all().at(name).shape, v});
+    convert::write_safetensors_f32(dir + "/" + pname, ps);
+    convert::write_safetensors_f32(dir + "/" + oname, os);
+    std::ostringstream rng;
+    rng << rng_;
+    const nlohmann::json j = {
+        {"format", "cortiq-train-checkpoint-1"}, {"step", opt_.steps()},  {"arch", cmf::arch_to_json(arch_)},
+        {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()},
+        {"frozen", params_.frozen_names()},      {"params_file", pname},  {"optimizer_file", oname}};
+    const std::string s = j.dump(2) + "\n";
+    AtomicFile f(dir + "/trainer.json", "trainer.json");
+    f.write(s.data(), s.size());
+    f.commit();
+  } catch (const Error& e) {
+    std::error_code ec;  // this step's files are unusable without their trainer.json
+    if (pname != prev_p) fs::remove(dir + "/" + pname, ec);
+    if (oname != prev_o) fs::remove(dir + "/" + oname, ec);
+    fail(e.kind(), "train: checkpoint of step {} not saved ({}); {}", opt_.steps(), e.message(),
+         prev_p.empty() ? "there is no earlier checkpoint in " + dir
+                        : "the previous checkpoint in " + dir + " is intact");
+  }
+  std::error_code ec;  // the superseded step's files
+  if (!prev_p.empty() && prev_p != pname) fs::remove(dir + "/" + prev_p, ec);
+  if (!prev_o.empty() && prev_o != oname) fs::remove(dir + "/" + prev_o, ec);
 }
 
 Trainer Trainer::load(const std::string& dir) {
@@ -213,17 +249,16 @@ Trainer Trainer::load(const std::string& dir) {
   o.adamw.weight_decay = oj.at("weight_decay");
   o.threads = j.value("threads", size_t{1});
   Params p;
-  convert::SafetensorsFile pf(dir + "/params.safetensors");
+  convert::SafetensorsFile pf(dir + "/" + j.value("params_file", "params.safetensors"));
   for (const auto& t : pf.tensors()) p.add(t.name, t.shape, convert::to_f32(t));
   for (const std::string& name : j.value("frozen", std::vector<std::string>{})) {
     const auto it = p.all().find(name);
     if (it == p.all().end())
-      fail(ErrorKind::Parse, "train: '{}/trainer.json' freezes '{}', which params.safetensors lacks", dir,
-           name);
+      fail(ErrorKind::Parse, "train: '{}/trainer.json' freezes '{}', which its params file lacks", dir, name);
     it->second.frozen = true;
   }
   Trainer tr(cmf::arch_from_json(j.at("arch")), std::move(p), o);
-  convert::SafetensorsFile of(dir + "/optimizer.safetensors");
+  convert::SafetensorsFile of(dir + "/" + j.value("optimizer_file", "optimizer.safetensors"));
   for (const auto& t : of.tensors()) {
     const bool first = t.name.rfind("m.", 0) == 0;
     (first ? tr.opt_.m() : tr.opt_.v())[t.name.substr(2)] = convert::to_f32(t);

@@ -66,9 +66,11 @@ class Trainer {
   /// 0 = all): nats per predicted token. Throws Error(InvalidArgument) when none fits.
   double evaluate(const Tokens& tokens, size_t max_windows = 0);
 
-  /// Writes the state to `dir` (created): params.safetensors, optimizer.safetensors (m., v.) and
-  /// trainer.json (step, options, sampler state, frozen parameters), each through a temporary
-  /// renamed into place.
+  /// Writes the state to `dir` (created): params-<step>.safetensors, optimizer-<step>.safetensors
+  /// (m., v.), then trainer.json (step, options, sampler state, frozen parameters, the two file
+  /// names), each through a temporary renamed into place; the previous step's files are removed
+  /// after. A failure (a full disk: EFBIG/ENOSPC) throws Error(Io) naming the file and leaves the
+  /// previous checkpoint in `dir` loadable (its trainer.json and files untouched).
   void save(const std::string& dir) const;
   /// The state save() wrote. Throws Error(Io | Parse) naming the file.
   static Trainer load(const std::string& dir);
