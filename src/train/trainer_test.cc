@@ -204,6 +204,36 @@ TEST(Trainer, NonFiniteGradientIsNamedAndNothingChanges) {
   }
 }
 
+// The kernels split work over output rows only and fix each dot's summation order (kernels.h,
+// simd_matvec.h), so a run is the same bit for bit at any thread count (at a fixed SIMD tier).
+TEST(Trainer, ThreadCountDoesNotChangeTheRun) {
+  LlamaConfig c = tiny();
+  c.hidden_size = 64;
+  c.intermediate_size = 192;
+  c.vocab_size = 64;
+  const auto a = llama_arch(c);
+  std::vector<uint32_t> data(800);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint32_t>((i * 7 + i / 5) % 64);
+  std::vector<std::vector<double>> losses;
+  std::vector<Params> finals;
+  for (size_t threads : {1, 2, 3}) {
+    TrainOptions o = opts();
+    o.seq_len = 48;
+    o.threads = threads;
+    Trainer t(a, init_params(a, 7), o);
+    losses.emplace_back();
+    for (int s = 0; s < 3; ++s) losses.back().push_back(t.step(data));
+    losses.back().push_back(t.evaluate(data, 2));
+    finals.push_back(t.params());
+  }
+  for (size_t i = 1; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], losses[0]) << "threads " << i + 1;
+    for (const auto& [name, p] : finals[0].all())
+      EXPECT_EQ(std::memcmp(finals[i].all().at(name).value.data(), p.value.data(), 4 * p.value.size()), 0)
+          << name << " at threads " << i + 1;
+  }
+}
+
 TEST(Trainer, BadConfigAndDataAreNamed) {
   LlamaConfig c = tiny();
   c.num_attention_heads = 5;
