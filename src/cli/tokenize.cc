@@ -2,6 +2,8 @@
 // prints one line per token, "<id> -> '<piece>'" (like llama-tokenize, with control characters,
 // quotes, backslashes and bytes that are not UTF-8 escaped C-style), or the id list with --ids-only. For a
 // .cmf the tokenizer is the vocab section (HF tokenizer.json verbatim).
+// `cortiq tokenize TOKENIZER -f FILE... --bin out.bin` writes the files' tokens as the trainer's
+// memory-mapped token file instead (format and joining rule: train/token_file.h).
 #include <utf8proc.h>
 
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "cmf/reader.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
+#include "train/token_file.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -64,7 +67,8 @@ std::string escape_piece(const std::string& s) {
 struct TokenizeArgs {
   std::string model;
   std::string text;
-  std::string file;
+  std::vector<std::string> files;
+  std::string bin;
   bool ids_only = false;
   bool no_special = false;
 };
@@ -81,7 +85,6 @@ bool is_cmf(const std::string& path) {
 }
 
 void run(const TokenizeArgs& a) {
-  std::string input = a.file.empty() ? a.text : read_input(a.file);
   std::unique_ptr<Tokenizer> tok;
   namespace fs = std::filesystem;
   if (fs::is_directory(a.model)) {  // an HF folder: its tokenizer.json
@@ -107,6 +110,16 @@ void run(const TokenizeArgs& a) {
   } else {
     tok = std::make_unique<Tokenizer>(Tokenizer::from_file(a.model));
   }
+  if (!a.bin.empty()) {
+    const auto ids = train::tokenize_files(*tok, a.files, "input");
+    train::write_token_file(a.bin, ids);
+    std::printf("✓ wrote %s: %zu tokens (u%u) from %zu files, each followed by id %u\n", a.bin.c_str(),
+                ids.size(), train::TokenFile(a.bin).width() * 8, a.files.size(),
+                train::document_separator(*tok));
+    return;
+  }
+  if (a.files.size() > 1) fail(ErrorKind::InvalidArgument, "give one -f FILE (several files need --bin)");
+  const std::string input = a.files.empty() ? a.text : read_input(a.files[0]);
   std::vector<uint32_t> ids = tok->encode(input, !a.no_special);
   if (a.ids_only) {
     std::string out = "[";
@@ -129,8 +142,13 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("tokenize", "Tokenize text with a model's tokenizer (HF tokenizers parity)");
   c->add_option("model", a->model, "model.cmf, tokenizer.json or a Hugging Face folder")->required();
   auto* t = c->add_option("--text", a->text, "text to tokenize");
-  auto* f = c->add_option("-f,--file", a->file, "file whose bytes are tokenized (- = standard input)");
+  auto* f = c->add_option("-f,--file", a->files,
+                          "file whose bytes are tokenized (- = standard input); several with --bin");
   t->excludes(f);
+  auto* b = c->add_option(
+      "--bin", a->bin, "write the files' tokens (each + <|endoftext|>) as a token file for `train --data`");
+  b->needs(f);
+  b->excludes(t);
   c->add_flag("--ids-only", a->ids_only, "print only the id list, e.g. [1, 2, 3]");
   c->add_flag("--no-special", a->no_special, "do not add BOS/EOS (add_special_tokens=false)");
   c->callback([a, t, f] {

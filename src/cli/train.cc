@@ -1,9 +1,9 @@
-// `cortiq train -o DIR --tokenizer tokenizer.json --data FILE... [--val FILE...] [model shape]
-// [optimizer] [--resume DIR]`: trains a llama-architecture model from scratch on plain UTF-8 text
-// (train/trainer.h), with validation every N steps, checkpoints under DIR/checkpoint (Ctrl-C saves
-// one, --resume continues it bit-identically), a JSON-lines log, and the result as a Hugging Face
-// folder in DIR (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) that
-// `cortiq convert` takes.
+// `cortiq train -o DIR --tokenizer tokenizer.json --data FILE... [--val FILE...] [model shape |
+// --init MODEL.cmf|HF_DIR [--trainable GLOBS]] [optimizer] [--resume DIR]`: trains a
+// llama-architecture model from scratch (or fine-tunes one, a chosen subset of its tensors) on plain UTF-8
+// text (train/trainer.h), with validation every N steps, checkpoints under DIR/checkpoint (Ctrl-C saves one,
+// --resume continues it bit-identically), a JSON-lines log, and the result as a Hugging Face folder in DIR
+// (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) that `cortiq convert` takes.
 #include <signal.h>
 
 #include <atomic>
@@ -23,17 +23,18 @@
 #include "model/cmf_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/hf_export.h"
+#include "train/hf_import.h"
+#include "train/token_file.h"
 #include "train/trainer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/progress.h"
-#include "util/utf8.h"
 
 namespace cortiq::cli {
 namespace {
 
 struct TrainArgs {
-  std::string output, tokenizer, resume, log, config, init;
+  std::string output, tokenizer, resume, log, config, init, trainable;
   std::vector<std::string> data, val;
   train::LlamaConfig model;
   train::TrainOptions opt;
@@ -46,22 +47,39 @@ extern "C" void on_train_sigint(int) {
   g_stop.store(true);
 }
 
-/// The files' tokens, one stream: each file encoded without specials, then `sep` after it.
-std::vector<uint32_t> tokenize_files(const Tokenizer& tok, const std::vector<std::string>& files,
-                                     uint32_t sep, const char* what) {
-  std::vector<uint32_t> all;
-  Progress bar(std::string("tokenizing ") + what, files.size(), "file");
-  for (const std::string& f : files) {
-    const std::string text = read_input(f);
-    if (text.empty()) fail(ErrorKind::InvalidArgument, "train: {} file '{}' is empty", what, f);
-    if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos)
-      fail(ErrorKind::Parse, "train: {} file '{}' is not UTF-8 at byte offset {}", what, f, bad);
-    const auto ids = tok.encode(text, false);
-    all.insert(all.end(), ids.begin(), ids.end());
-    all.push_back(sep);
-    bar.advance(1);
+/// One split's tokens: a token file (`cortiq tokenize --bin`) mapped, or text files tokenized here.
+struct Split {
+  std::vector<uint32_t> ids;
+  std::optional<train::TokenFile> file;
+  train::Tokens tokens() const { return file ? file->tokens() : train::Tokens(ids); }
+  size_t size() const { return tokens().size(); }
+};
+
+/// --data / --val: exactly one token file, or text files (train::tokenize_files).
+void load_split(Split& s, const Tokenizer& tok, const std::vector<std::string>& files, const char* what) {
+  for (const std::string& f : files)
+    if (train::is_token_file(f)) {
+      if (files.size() != 1)
+        fail(ErrorKind::InvalidArgument,
+             "train: the {} data mixes the token file '{}' with other files: give one token file or text "
+             "files",
+             what, f);
+      s.file.emplace(f, tok.vocab_size());
+      return;
+    }
+  s.ids = train::tokenize_files(tok, files, what);
+}
+
+/// "a,b,,c" → {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_patterns(const std::string& list) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= list.size()) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    if (e > b) out.push_back(list.substr(b, e - b));
+    b = e + 1;
   }
-  return all;
+  return out;
 }
 
 void apply_config_file(const std::string& path, train::LlamaConfig& m) {
@@ -85,24 +103,37 @@ void apply_config_file(const std::string& path, train::LlamaConfig& m) {
 void train_cmd(TrainArgs& a) {
   const Tokenizer tok = Tokenizer::from_file(a.tokenizer);
   const auto eos = tok.token_to_id("<|endoftext|>");
-  const uint32_t sep = eos ? *eos : 0;
-  const auto train_ids = tokenize_files(tok, a.data, sep, "train");
-  const auto val_ids =
-      a.val.empty() ? std::vector<uint32_t>{} : tokenize_files(tok, a.val, sep, "validation");
+  Split train_split, val_split;
+  load_split(train_split, tok, a.data, "train");
+  if (!a.val.empty()) load_split(val_split, tok, a.val, "validation");
+  const train::Tokens train_ids = train_split.tokens(), val_ids = val_split.tokens();
   std::optional<train::Trainer> tr;
   if (!a.resume.empty()) {
     tr.emplace(train::Trainer::load(a.resume));
-  } else if (!a.init.empty()) {  // fine-tuning: the weights (decoded to f32) and arch of a .cmf
-    const cmf::Reader r = cmf::Reader::open(a.init);
-    if (r.header().arch.vocab_size != tok.vocab_size())
-      fail(ErrorKind::InvalidArgument, "train: --init '{}' has a vocabulary of {}, the tokenizer {}", a.init,
-           r.header().arch.vocab_size, tok.vocab_size());
-    tr.emplace(r.header().arch, train::Params::from_source(model::CmfTensorSource(r)), a.opt);
   } else {
-    if (!a.config.empty()) apply_config_file(a.config, a.model);
-    a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
-    const auto arch = train::llama_arch(a.model);
-    tr.emplace(arch, train::init_params(arch, a.init_seed), a.opt);
+    cmf::ModelArch arch;
+    train::Params params;
+    if (!a.init.empty()) {  // fine-tuning: the weights (decoded to f32) and arch of a .cmf or HF folder
+      if (std::filesystem::is_directory(a.init)) {
+        auto hf = train::read_hf_checkpoint(a.init);
+        arch = std::move(hf.arch);
+        params = std::move(hf.params);
+      } else {
+        const cmf::Reader r = cmf::Reader::open(a.init);
+        arch = r.header().arch;
+        params = train::Params::from_source(model::CmfTensorSource(r));
+      }
+      if (arch.vocab_size != tok.vocab_size())
+        fail(ErrorKind::InvalidArgument, "train: --init '{}' has a vocabulary of {}, the tokenizer {}",
+             a.init, arch.vocab_size, tok.vocab_size());
+    } else {
+      if (!a.config.empty()) apply_config_file(a.config, a.model);
+      a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
+      arch = train::llama_arch(a.model);
+      params = train::init_params(arch, a.init_seed);
+    }
+    params.set_trainable(split_patterns(a.trainable));
+    tr.emplace(std::move(arch), std::move(params), a.opt);
   }
   const auto& o = tr->options();
   if (train_ids.size() < o.seq_len + 1)
@@ -124,6 +155,10 @@ void train_cmd(TrainArgs& a) {
       "train: %s, %.2f M parameters, %zu train / %zu validation tokens, %llu steps of %u × %u tokens\n",
       tr->arch().arch_name.c_str(), static_cast<double>(tr->params().count()) / 1e6, train_ids.size(),
       val_ids.size(), static_cast<unsigned long long>(o.steps), o.batch, o.seq_len);
+  if (tr->params().trainable_count() != tr->params().count())
+    std::printf("train: %.3f M parameters trainable (%zu tensors frozen), backward from layer %zu\n",
+                static_cast<double>(tr->params().trainable_count()) / 1e6, tr->params().frozen_names().size(),
+                tr->first_layer());
   std::fflush(stdout);
   Progress bar("training", o.steps - std::min(o.steps, tr->step_count()), "step");
   const auto t0 = std::chrono::steady_clock::now();
@@ -189,9 +224,14 @@ void setup(CLI::App& root) {
       ->required();
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (e.g. from train-tokenizer); sets vocab_size")
       ->required();
-  c->add_option("--data", a->data, "training text file (repeat the flag)")->required();
-  c->add_option("--val", a->val, "validation text file (repeat the flag)");
-  c->add_option("--init", a->init, "start from the weights and architecture of this .cmf (fine-tuning)");
+  c->add_option("--data", a->data, "training text files, or one token file from `tokenize --bin`")
+      ->required();
+  c->add_option("--val", a->val, "validation text files, or one token file from `tokenize --bin`");
+  c->add_option("--init", a->init,
+                "start from the weights and architecture of this .cmf or HF folder (fine-tuning)");
+  c->add_option("--trainable", a->trainable,
+                "comma-separated globs over HF tensor names (e.g. 'model.layers.4.mlp.*,model.norm.weight'); "
+                "every other parameter is frozen (default: all trainable)");
   c->add_option("--config", a->config,
                 "JSON with HF LlamaConfig fields (hidden_size, num_hidden_layers, ...)");
   c->add_option("--hidden-size", a->model.hidden_size)->capture_default_str();

@@ -1,6 +1,7 @@
 // Trainer (trainer.h).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -104,9 +105,18 @@ Trainer::Trainer(cmf::ModelArch arch, Params params, TrainOptions opt)
   if (o_.seq_len < 1 || o_.seq_len > arch_.max_position_embeddings)
     fail(ErrorKind::InvalidArgument, "train: seq_len {} exceeds the context of {}", o_.seq_len,
          arch_.max_position_embeddings);
+  if (params_.trainable_count() == 0) fail(ErrorKind::InvalidArgument, "train: every parameter is frozen");
+  const auto& all = params_.all();
+  const auto embed = all.find(cmf::tensor_name(TensorRole::Embed));
+  if (embed != all.end() && embed->second.frozen) {
+    first_layer_ = arch_.num_layers;
+    for (const auto& [name, t] : all)
+      if (const auto place = cmf::tensor_place(name); !t.frozen && place.layer && !place.mtp)
+        first_layer_ = std::min<size_t>(first_layer_, *place.layer);
+  }
 }
 
-double Trainer::step(std::span<const uint32_t> train) {
+double Trainer::step(const Tokens& train) {
   const size_t win = o_.seq_len + 1;
   if (train.size() < win)
     fail(ErrorKind::InvalidArgument, "train: the data has {} tokens, a window needs {}", train.size(), win);
@@ -114,24 +124,44 @@ double Trainer::step(std::span<const uint32_t> train) {
   Grads g;
   double loss = 0.0;
   std::uniform_int_distribution<size_t> start(0, train.size() - win);
-  for (uint32_t b = 0; b < o_.batch; ++b) {
-    const auto w = train.subspan(start(rng_), win);
-    loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g);
+  BackwardOptions bo;
+  bo.first_layer = first_layer_;
+  // The sampler state is restored when the step fails, so the state stays that of the last good step.
+  const std::mt19937_64 rng_before = rng_;
+  try {
+    for (uint32_t b = 0; b < o_.batch; ++b) {
+      const auto v = train.slice(start(rng_), win);
+      const std::span<const uint32_t> w(v);
+      loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g, bo);
+    }
+    if (!std::isfinite(loss)) fail(ErrorKind::NonFinite, "the loss is {}", loss);
+  } catch (const Error& e) {
+    rng_ = rng_before;
+    if (e.kind() != ErrorKind::NonFinite) throw;
+    fail(ErrorKind::NonFinite, "train: step {}: {}", opt_.steps() + 1, e.message());
+  }
+  // Frozen tensors above first_layer (or a tied head's embedding) still got a gradient: drop it, so
+  // that the clipping norm is the trainable set's (torch clips the optimizer's parameters).
+  for (auto it = g.begin(); it != g.end();) {
+    const auto p = params_.all().find(it->first);
+    it = p != params_.all().end() && p->second.frozen ? g.erase(it) : std::next(it);
   }
   const float inv = 1.0f / static_cast<float>(o_.batch);
   for (auto& [name, v] : g)
     for (float& x : v) {
       x *= inv;
-      if (!std::isfinite(x))
+      if (!std::isfinite(x)) {
+        rng_ = rng_before;
         fail(ErrorKind::NonFinite, "train: step {}: the gradient of '{}' is not finite", opt_.steps() + 1,
              name);
+      }
     }
   grad_norm_ = clip_grad_norm(g, o_.clip);
   opt_.step(params_, g, lr_at(opt_.steps(), o_.warmup, o_.steps, o_.lr, o_.min_lr));
   return loss / o_.batch;
 }
 
-double Trainer::evaluate(std::span<const uint32_t> tokens, size_t max_windows) {
+double Trainer::evaluate(const Tokens& tokens, size_t max_windows) {
   const size_t win = o_.seq_len + 1;
   if (tokens.size() < win)
     fail(ErrorKind::InvalidArgument, "train: {} validation tokens, a window needs {}", tokens.size(), win);
@@ -139,30 +169,57 @@ double Trainer::evaluate(std::span<const uint32_t> tokens, size_t max_windows) {
   double sum = 0.0;
   size_t n = 0;
   for (size_t s = 0; s + win <= tokens.size() && (!max_windows || n < max_windows); s += o_.seq_len, ++n) {
-    const auto w = tokens.subspan(s, win);
+    const auto v = tokens.slice(s, win);
+    const std::span<const uint32_t> w(v);
     sum += lm_loss(*m, w.first(o_.seq_len), w.subspan(1));
   }
   return sum / static_cast<double>(n);
 }
 
 void Trainer::save(const std::string& dir) const {
-  std::filesystem::create_directories(dir);
-  std::vector<convert::StF32> ps, os;
-  for (const auto& [name, t] : params_.all()) ps.push_back({name, t.shape, t.value});
-  auto& self = const_cast<AdamW&>(opt_);
-  for (auto& [name, v] : self.m()) os.push_back({"m." + name, params_.all().at(name).shape, v});
-  for (auto& [name, v] : self.v()) os.push_back({"v." + name, params_.all().at(name).shape, v});
-  convert::write_safetensors_f32(dir + "/params.safetensors", ps);
-  convert::write_safetensors_f32(dir + "/optimizer.safetensors", os);
-  std::ostringstream rng;
-  rng << rng_;
-  const nlohmann::json j = {
-      {"format", "cortiq-train-checkpoint-1"}, {"step", opt_.steps()},  {"arch", cmf::arch_to_json(arch_)},
-      {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()}};
-  const std::string s = j.dump(2) + "\n";
-  AtomicFile f(dir + "/trainer.json", "trainer.json");
-  f.write(s.data(), s.size());
-  f.commit();
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  // The tensors go to files named for the step; trainer.json, renamed into place last, names them.
+  // A save that fails part-way (a full disk) leaves the previous trainer.json and its files intact.
+  const std::string tag = std::to_string(opt_.steps());
+  const std::string pname = "params-" + tag + ".safetensors", oname = "optimizer-" + tag + ".safetensors";
+  std::string prev_p, prev_o;
+  if (std::ifstream in(dir + "/trainer.json"); in) {
+    const auto old = nlohmann::json::parse(in, nullptr, false);
+    if (old.is_object()) {
+      prev_p = old.value("params_file", "params.safetensors");
+      prev_o = old.value("optimizer_file", "optimizer.safetensors");
+    }
+  }
+  try {
+    std::vector<convert::StF32> ps, os;
+    for (const auto& [name, t] : params_.all()) ps.push_back({name, t.shape, t.value});
+    auto& self = const_cast<AdamW&>(opt_);
+    for (auto& [name, v] : self.m()) os.push_back({"m." + name, params_.all().at(name).shape, v});
+    for (auto& [name, v] : self.v()) os.push_back({"v." + name, params_.all().at(name).shape, v});
+    convert::write_safetensors_f32(dir + "/" + pname, ps);
+    convert::write_safetensors_f32(dir + "/" + oname, os);
+    std::ostringstream rng;
+    rng << rng_;
+    const nlohmann::json j = {
+        {"format", "cortiq-train-checkpoint-1"}, {"step", opt_.steps()},  {"arch", cmf::arch_to_json(arch_)},
+        {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()},
+        {"frozen", params_.frozen_names()},      {"params_file", pname},  {"optimizer_file", oname}};
+    const std::string s = j.dump(2) + "\n";
+    AtomicFile f(dir + "/trainer.json", "trainer.json");
+    f.write(s.data(), s.size());
+    f.commit();
+  } catch (const Error& e) {
+    std::error_code ec;  // this step's files are unusable without their trainer.json
+    if (pname != prev_p) fs::remove(dir + "/" + pname, ec);
+    if (oname != prev_o) fs::remove(dir + "/" + oname, ec);
+    fail(e.kind(), "train: checkpoint of step {} not saved ({}); {}", opt_.steps(), e.message(),
+         prev_p.empty() ? "there is no earlier checkpoint in " + dir
+                        : "the previous checkpoint in " + dir + " is intact");
+  }
+  std::error_code ec;  // the superseded step's files
+  if (!prev_p.empty() && prev_p != pname) fs::remove(dir + "/" + prev_p, ec);
+  if (!prev_o.empty() && prev_o != oname) fs::remove(dir + "/" + prev_o, ec);
 }
 
 Trainer Trainer::load(const std::string& dir) {
@@ -192,10 +249,16 @@ Trainer Trainer::load(const std::string& dir) {
   o.adamw.weight_decay = oj.at("weight_decay");
   o.threads = j.value("threads", size_t{1});
   Params p;
-  convert::SafetensorsFile pf(dir + "/params.safetensors");
+  convert::SafetensorsFile pf(dir + "/" + j.value("params_file", "params.safetensors"));
   for (const auto& t : pf.tensors()) p.add(t.name, t.shape, convert::to_f32(t));
+  for (const std::string& name : j.value("frozen", std::vector<std::string>{})) {
+    const auto it = p.all().find(name);
+    if (it == p.all().end())
+      fail(ErrorKind::Parse, "train: '{}/trainer.json' freezes '{}', which its params file lacks", dir, name);
+    it->second.frozen = true;
+  }
   Trainer tr(cmf::arch_from_json(j.at("arch")), std::move(p), o);
-  convert::SafetensorsFile of(dir + "/optimizer.safetensors");
+  convert::SafetensorsFile of(dir + "/" + j.value("optimizer_file", "optimizer.safetensors"));
   for (const auto& t : of.tensors()) {
     const bool first = t.name.rfind("m.", 0) == 0;
     (first ? tr.opt_.m() : tr.opt_.v())[t.name.substr(2)] = convert::to_f32(t);

@@ -4,9 +4,13 @@
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "util/error.h"
@@ -77,6 +81,157 @@ TEST(Trainer, ResumeIsBitIdentical) {
   for (const auto& [name, p] : straight.params().all())
     EXPECT_EQ(resumed.params().all().at(name).value, p.value) << name;
   std::filesystem::remove_all(dir);
+}
+
+// --trainable: frozen tensors stay bit-identical, the trainable ones move, the backward stops at the
+// lowest trainable layer, the frozen set survives a checkpoint, and a pattern matching nothing is named.
+TEST(Trainer, TrainableSubsetFreezesTheRest) {
+  LlamaConfig c = tiny();
+  c.num_hidden_layers = 3;
+  const auto a = llama_arch(c);
+  const Params init = init_params(a, 4);
+  Params p = init;
+  p.set_trainable({"model.layers.2.mlp.*", "model.layers.1.post_attention_layernorm.weight"});
+  EXPECT_EQ(p.frozen_names().size(), p.all().size() - 4);
+  Trainer t(a, std::move(p), opts());
+  EXPECT_EQ(t.first_layer(), 1u);
+  const auto data = stream(600);
+  for (int s = 0; s < 3; ++s) t.step(data);
+  size_t moved = 0;
+  for (const auto& [name, q] : t.params().all()) {
+    if (q.frozen) {
+      EXPECT_EQ(q.value, init.all().at(name).value) << name;
+    } else {
+      EXPECT_NE(q.value, init.all().at(name).value) << name;
+      ++moved;
+    }
+  }
+  EXPECT_EQ(moved, 4u);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("cortiq_train_frozen_" + std::to_string(::getpid())))
+          .string();
+  t.save(dir);
+  const Trainer back = Trainer::load(dir);
+  EXPECT_EQ(back.params().frozen_names(), t.params().frozen_names());
+  EXPECT_EQ(back.first_layer(), 1u);
+  std::filesystem::remove_all(dir);
+
+  Params q = init;
+  try {
+    q.set_trainable({"model.layers.*.mlp.*", "model.layers.9.*"});
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.9.*' matches no parameter"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(q.frozen_names().empty()) << "nothing changed by a refused list";
+  q.set_trainable({"model.embed_tokens.weight"});  // the embedding trains: the backward goes all the way
+  EXPECT_EQ(Trainer(a, q, opts()).first_layer(), 0u);
+  q.set_trainable({"model.norm.weight"});  // no layer tensor: the backward stops above the layers
+  EXPECT_EQ(Trainer(a, q, opts()).first_layer(), 3u);
+}
+
+// A full disk while writing a checkpoint (simulated by RLIMIT_FSIZE with SIGXFSZ ignored, so
+// write() fails with EFBIG): the params file fits, the optimizer file (twice as large) does not. The
+// error names the file, the previous checkpoint stays loadable, and resuming it equals the
+// uninterrupted run bit for bit.
+TEST(Trainer, FullDiskKeepsThePreviousCheckpoint) {
+  namespace fs = std::filesystem;
+  const auto a = llama_arch(tiny());
+  const auto data = stream(600);
+  Trainer straight(a, init_params(a, 5), opts());
+  std::vector<double> want;
+  for (int s = 0; s < 6; ++s) want.push_back(straight.step(data));
+
+  const std::string dir =
+      (fs::temp_directory_path() / ("cortiq_train_full_" + std::to_string(::getpid()))).string();
+  Trainer t(a, init_params(a, 5), opts());
+  std::vector<double> got;
+  for (int s = 0; s < 3; ++s) got.push_back(t.step(data));
+  t.save(dir);
+  for (int s = 0; s < 3; ++s) t.step(data);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto params_size = static_cast<rlim_t>(fs::file_size(dir + "/params-3.safetensors"));
+  auto* const old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = params_size + 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string msg;
+  try {
+    t.save(dir);
+  } catch (const Error& e) {
+    msg = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(msg.find("optimizer-6.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("previous checkpoint in " + dir + " is intact"), std::string::npos) << msg;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"optimizer-3.safetensors", "params-3.safetensors", "trainer.json"}));
+  Trainer resumed = Trainer::load(dir);
+  EXPECT_EQ(resumed.step_count(), 3u);
+  for (int s = 0; s < 3; ++s) got.push_back(resumed.step(data));
+  EXPECT_EQ(got, want);
+  fs::remove_all(dir);
+}
+
+// A NaN in a weight stops the step with a NonFinite error naming the step, and leaves the
+// parameters as they were (the CLI saves them as the last good step).
+TEST(Trainer, NonFiniteGradientIsNamedAndNothingChanges) {
+  const auto a = llama_arch(tiny());
+  Params p = init_params(a, 6);
+  p.all().at("model.layers.1.mlp.down_proj.weight").value[3] = NAN;
+  const Params before = p;
+  Trainer t(a, std::move(p), opts());
+  try {
+    t.step(stream(600));
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NonFinite);
+    // the forward meets the NaN first (model/ checks the final hidden state): the step is named
+    EXPECT_NE(std::string(e.what()).find("train: step 1: "), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.step_count(), 0u);
+  for (const auto& [name, q] : t.params().all()) {
+    const auto& b = before.all().at(name).value;
+    ASSERT_EQ(q.value.size(), b.size());
+    EXPECT_EQ(std::memcmp(q.value.data(), b.data(), 4 * b.size()), 0) << name;
+  }
+}
+
+// The kernels split work over output rows only and fix each dot's summation order (kernels.h,
+// simd_matvec.h), so a run is the same bit for bit at any thread count (at a fixed SIMD tier).
+TEST(Trainer, ThreadCountDoesNotChangeTheRun) {
+  LlamaConfig c = tiny();
+  c.hidden_size = 64;
+  c.intermediate_size = 192;
+  c.vocab_size = 64;
+  const auto a = llama_arch(c);
+  std::vector<uint32_t> data(800);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint32_t>((i * 7 + i / 5) % 64);
+  std::vector<std::vector<double>> losses;
+  std::vector<Params> finals;
+  for (size_t threads : {1, 2, 3}) {
+    TrainOptions o = opts();
+    o.seq_len = 48;
+    o.threads = threads;
+    Trainer t(a, init_params(a, 7), o);
+    losses.emplace_back();
+    for (int s = 0; s < 3; ++s) losses.back().push_back(t.step(data));
+    losses.back().push_back(t.evaluate(data, 2));
+    finals.push_back(t.params());
+  }
+  for (size_t i = 1; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], losses[0]) << "threads " << i + 1;
+    for (const auto& [name, p] : finals[0].all())
+      EXPECT_EQ(std::memcmp(finals[i].all().at(name).value.data(), p.value.data(), 4 * p.value.size()), 0)
+          << name << " at threads " << i + 1;
+  }
 }
 
 TEST(Trainer, BadConfigAndDataAreNamed) {
