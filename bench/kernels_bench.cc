@@ -275,6 +275,51 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void BM_vnni_peak(benchma
   st.counters["int8_MAC/s"] = benchmark::Counter(static_cast<double>(n) * 64, benchmark::Counter::kIsRate);
 }
 
+/// The f32 FMA ceiling of one core: vfmadd231ps zmm back to back on 12 independent chains (enough to
+/// cover the latency), one thread. FLOP/s = 2 × 16 × FMAs/s: the peak the exact GEMM is measured
+/// against (bench/README.md "Exact GEMM").
+__attribute__((target("avx512f,fma"))) void BM_fma_peak(benchmark::State& st) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    st.SkipWithError("no AVX-512 on this CPU");
+    return;
+  }
+  constexpr int kChains = 12, kRounds = 1024;
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512 a = _mm512_set1_ps(0.999f);
+  const __m512 b = _mm512_set1_ps(1e-3f);
+  for (auto _ : st) {
+    for (int r = 0; r < kRounds; ++r) {
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+      __asm__ volatile("" : "+v"(a));
+    }
+  }
+  for (int i = 0; i < kChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  const auto n = static_cast<int64_t>(st.iterations()) * kChains * kRounds;
+  st.SetItemsProcessed(n);
+  st.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(n) * 32, benchmark::Counter::kIsRate);
+}
+
+/// The exact batched product (`--exact` matmul) of an f32 weight [rows, cols] against n activation
+/// rows: the trainer's shapes. n ≥ kGemmExactMinRows takes the register-tiled GEMM
+/// (simd_gemm_exact.h), smaller n the 2×2 dot tile. Reports FLOP/s = 2·rows·cols·n per call.
+void BM_gemm_exact(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, size_t threads) {
+  Tensor& w = tensor(t, rows, cols);
+  std::vector<float> x(n * cols), y(n * rows);
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : st) {
+    cortiq::kernels::matmul_simd(w.view, x.data(), n, y.data(), pool, true);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()) * 2.0 * static_cast<double>(rows * cols * n),
+                         benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,6 +332,26 @@ int main(int argc, char** argv) {
   // 896×896 stays in L2 (≤ 3.2 MB in f32, ≤ 0.8 MB quantized): the kernel's compute ceiling.
   constexpr Shape kShapes[] = {{896, 4864}, {4864, 896}, {151936, 896}, {896, 896}};
   benchmark::RegisterBenchmark("vnni_peak/threads:1", BM_vnni_peak)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("fma_peak/threads:1", BM_fma_peak)->Unit(benchmark::kMicrosecond);
+  // The trainer's exact products (testbed: hidden 256, FFN 768, vocab 4096, 256 tokens per sequence),
+  // and a token sweep at 256×256 for the GEMM's threshold.
+  for (const auto& sh : {Shape{256, 256}, Shape{768, 256}, Shape{256, 768}, Shape{4096, 256}})
+    for (size_t th : {1, 2})
+      benchmark::RegisterBenchmark(("gemm_exact/f32/" + std::to_string(sh.rows) + "x" +
+                                    std::to_string(sh.cols) + "/n256/threads:" + std::to_string(th))
+                                       .c_str(),
+                                   BM_gemm_exact, DType::F32, sh.rows, sh.cols, 256, th)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+  for (size_t n : {2, 3, 4, 5, 6, 7, 8, 12, 16, 32})
+    benchmark::RegisterBenchmark(("gemm_exact/f32/256x256/n" + std::to_string(n) + "/threads:1").c_str(),
+                                 BM_gemm_exact, DType::F32, 256, 256, n, 1)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("gemm_exact/bf16/768x256/n256/threads:1", BM_gemm_exact, DType::BF16, 768, 256,
+                               256, 1)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   for (size_t th : {1, 2})
     benchmark::RegisterBenchmark(("memread/threads:" + std::to_string(th)).c_str(), BM_memread, th)
         ->UseRealTime()

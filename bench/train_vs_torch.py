@@ -79,10 +79,11 @@ def step():
 
 
 step()  # warm-up
-t0 = time.time()
+t0, c0 = time.time(), time.process_time()
 for _ in range(STEPS):
     step()
 dt = (time.time() - t0) / STEPS
+cpu = (time.process_time() - c0) / STEPS  # CPU seconds of all threads (a shared host's load aside)
 tok = B * S / dt
-print("torch %s threads=%d params=%.2fM  %.0f tok/s  %.1f GFLOP/s  (%.2f s/step)" %
-      (torch.__version__, T_, params / 1e6, tok, 6 * params * tok / 1e9, dt))
+print("torch %s threads=%d params=%.2fM  %.0f tok/s  %.1f GFLOP/s  (%.2f s/step)  cpu %.0f tok/s" %
+      (torch.__version__, T_, params / 1e6, tok, 6 * params * tok / 1e9, dt, B * S / cpu))

@@ -28,6 +28,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/simd_common.h"
+#include "kernels/simd_gemm_exact.h"
 #include "kernels/weight_plan.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
@@ -1870,6 +1871,9 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
     if (pl.t == DType::Q1S &&
         !simd_detail::add_q1s_outliers(pl.q1s, pl.p, pl.gpr, pl.cols, r0, rc, x, n, y, y_stride, j0))
       pl.q1s_bad->fetch_or(1, std::memory_order_relaxed);
+  } else if (floatw && n >= simd_detail::kGemmExactMinRows) {  // many tokens: the register-tiled GEMM
+    const uint64_t esz = pl.t == DType::F32 ? 4 : 2;
+    simd_detail::gemm_exact_avx512(pl.t, pl.p + esz * r0 * pl.cols, rc, pl.cols, x, n, y, y_stride, j0);
   } else if (floatw && n > 1) {
     constexpr int ER = 2, ET = 2;
     switch (pl.t) {
@@ -1886,7 +1890,8 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
                                        x, pl.cols, n, y, y_stride, j0);
         break;
     }
-  } else if ((pl.t == DType::Q8Row || pl.t == DType::Q8_2F) && n > 1) {  // q8 rows decoded in registers
+  } else if ((pl.t == DType::Q8Row || pl.t == DType::Q8_2F) && n > 1 &&
+             n < simd_detail::kGemmExactMinRows) {  // q8 rows decoded in registers
     block_exact_rt<2, 2, LdQ8>([&](uint64_t k) { return q8_loader(pl, r0 + k); }, rc, x, pl.cols, n, y,
                                y_stride, j0);
   } else if (floatw || n == 1) {
@@ -1899,6 +1904,9 @@ void run_block(const Job& j, size_t b, size_t ahead, BlockState& st) {
     grow(st.rowbuf, rc * pl.cols);
     for (uint64_t k = 0; k < rc; ++k) decode_row(pl, st, r0 + k, k, st.rowbuf.data() + k * pl.cols);
     const float* rb = st.rowbuf.data();
+    if (n >= simd_detail::kGemmExactMinRows)  // decode_row gives the values the q8 register decoder does
+      return simd_detail::gemm_exact_avx512(DType::F32, reinterpret_cast<const uint8_t*>(rb), rc, pl.cols, x,
+                                            n, y, y_stride, j0);
     block_exact_rt<2, 2, LdF32>(
         [&](uint64_t k) { return LdF32{reinterpret_cast<const uint8_t*>(rb + k * pl.cols)}; }, rc, x, pl.cols,
         n, y, y_stride, j0);

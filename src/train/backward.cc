@@ -8,6 +8,7 @@
 
 #include "cmf/tensor_names.h"
 #include "kernels/ops.h"
+#include "kernels/transpose.h"
 #include "train/block_backward.h"
 #include "util/error.h"
 
@@ -197,10 +198,12 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
         for (size_t i = 0; i < W; ++i)
           if (!(*alive)[i]) dact[t * W + i] = 0.0f;
     swiglu_backward(K.gate.data(), K.up.data(), T * W, dact.data(), dgate.data(), dup.data());
+    std::vector<float> xt(H * T);  // the input of gate/up (then of q/k/v), transposed once for both
+    kernels::transpose_f32(K.x_ffn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
-                    grad(g, name(TensorRole::FfnGate), W * H), nullptr);
+                    grad(g, name(TensorRole::FfnGate), W * H), nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.up), W, H, K.x_ffn.data(), T, dup.data(), dx.data(),
-                    grad(g, name(TensorRole::FfnUp), W * H), nullptr);
+                    grad(g, name(TensorRole::FfnUp), W * H), nullptr, xt.data());
     rmsnorm_backward(K.h_mid.data(), L.post_attn_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
                      grad(g, name(TensorRole::PostAttnNorm), H));
     if (!opt.through_attention) continue;  // truncated: dh_in = dh_mid
@@ -234,15 +237,16 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     norm_back(L.q, L.q_bias, L.q_norm, qd, TensorRole::QNorm, dq);
     norm_back(L.k, L.k_bias, L.k_norm, kd, TensorRole::KNorm, dk);
     std::fill(dx.begin(), dx.end(), 0.0f);
+    kernels::transpose_f32(K.x_attn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.q), qd, H, K.x_attn.data(), T, dq.data(), dx.data(),
                     grad(g, name(TensorRole::Q), qd * H),
-                    bias ? grad(g, name(TensorRole::QBias), qd) : nullptr);
+                    bias ? grad(g, name(TensorRole::QBias), qd) : nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.k), kd, H, K.x_attn.data(), T, dk.data(), dx.data(),
                     grad(g, name(TensorRole::K), kd * H),
-                    bias ? grad(g, name(TensorRole::KBias), kd) : nullptr);
+                    bias ? grad(g, name(TensorRole::KBias), kd) : nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.v), kd, H, K.x_attn.data(), T, dv.data(), dx.data(),
                     grad(g, name(TensorRole::V), kd * H),
-                    bias ? grad(g, name(TensorRole::VBias), kd) : nullptr);
+                    bias ? grad(g, name(TensorRole::VBias), kd) : nullptr, xt.data());
     rmsnorm_backward(K.h_in.data(), L.input_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
                      grad(g, name(TensorRole::InputNorm), H));
   }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/transpose.h"
+
 namespace cortiq::train {
 
 void rmsnorm_backward(const float* x, const float* w, size_t rows, size_t n, double eps, const float* dy,
@@ -30,11 +32,7 @@ namespace {
 /// out [cols, rows] = the transpose of a [rows, cols].
 void transpose(const float* a, size_t rows, size_t cols, std::vector<float>& out) {
   out.resize(rows * cols);
-  constexpr size_t B = 32;  // cache blocks
-  for (size_t r0 = 0; r0 < rows; r0 += B)
-    for (size_t c0 = 0; c0 < cols; c0 += B)
-      for (size_t r = r0; r < std::min(rows, r0 + B); ++r)
-        for (size_t c = c0; c < std::min(cols, c0 + B); ++c) out[c * rows + r] = a[r * cols + c];
+  kernels::transpose_f32(a, rows, cols, out.data());
 }
 
 kernels::WeightView f32_view(const std::vector<float>& v, uint64_t rows, uint64_t cols) {
@@ -48,7 +46,8 @@ kernels::WeightView f32_view(const std::vector<float>& v, uint64_t rows, uint64_
 }  // namespace
 
 void linear_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* W, size_t out,
-                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db) {
+                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db,
+                     const float* xt) {
   thread_local std::vector<float> a, b, tmp;
   if (dx) {
     transpose(W, out, in, a);  // Wᵀ [in, out]
@@ -57,10 +56,17 @@ void linear_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const f
     for (size_t i = 0; i < T * in; ++i) dx[i] += tmp[i];
   }
   if (dW) {
-    transpose(x, T, in, a);    // xᵀ [in, T]
+    if (!xt) {
+      transpose(x, T, in, a);  // xᵀ [in, T]
+      xt = a.data();
+    }
     transpose(dy, T, out, b);  // dyᵀ [out, T]
     tmp.resize(out * in);
-    ops.matmul(f32_view(a, in, T), b.data(), out, tmp.data(), pool);  // [out, in] = dyᵀ · x
+    const kernels::WeightView xtv{quant::DType::F32,
+                                  {in, T},
+                                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(xt), 4 * in * T),
+                                  "train.transposed"};
+    ops.matmul(xtv, b.data(), out, tmp.data(), pool);  // [out, in] = dyᵀ · x
     for (size_t i = 0; i < out * in; ++i) dW[i] += tmp[i];
   }
   if (db)

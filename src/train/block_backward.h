@@ -23,10 +23,13 @@ void rmsnorm_backward(const float* x, const float* w, size_t rows, size_t n, dou
 
 /// y = x·Wᵀ + b for T rows, W [out, in]: dx [T, in] += dy·W (dx may be null), dW [out, in] += dyᵀ·x
 /// (null: frozen), db [out] += Σ_t dy (null: no bias or frozen). The two products are the
-/// forward's kernel (ops.matmul, f32 SIMD under MatmulMode::Exact) on transposed copies: dx =
-/// matmul(Wᵀ [in, out], dy), dWᵀ... = matmul(xᵀ [in, T], dyᵀ [out, T]); db sums in double.
+/// forward's kernel (ops.matmul, f32 SIMD under MatmulMode::Exact) on transposed copies
+/// (kernels::transpose_f32): dx = matmul(Wᵀ [in, out], dy), dW = matmul(xᵀ [in, T], dyᵀ [out, T]);
+/// db sums in double. `xt`, when not null, is xᵀ [in, T] already made by the caller (q/k/v and
+/// gate/up share one input), so it is not transposed again; the result is the same.
 void linear_backward(const kernels::Ops& ops, kernels::ThreadPool& pool, const float* W, size_t out,
-                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db);
+                     size_t in, const float* x, size_t T, const float* dy, float* dx, float* dW, float* db,
+                     const float* xt = nullptr);
 
 /// RoPE is a rotation by the angle of `pos` (kernels::rope); its backward rotates the gradient of
 /// `n_heads` heads of head_dim back by the same angle, in place: (d_a, d_b) ← (d_a·c + d_b·s,
