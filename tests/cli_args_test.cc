@@ -172,6 +172,40 @@ TEST_F(CliArgs, TemplateOfACmfKnowsBosAndEos) {
           tools.string() + ": \"tools\" must be a JSON array of tool schemas, not object");
 }
 
+// `run` reads the answer with the template's output protocol (tokenizer/output_protocol.h): a
+// generation prompt that opens a <think> block (DeepSeek-R1's, or Qwen3's without
+// enable_thinking=false) makes the answer reasoning, which goes to stderr between [thinking] lines
+// (stories260K never writes </think>, so all of it); --no-think renders the closed block instead and
+// the same model's text is the answer on stdout.
+TEST_F(CliArgs, RunShowsReasoningApartFromTheAnswer) {
+  ASSERT_TRUE(ok_);
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / "models" / "stories260K", d = dir_ / "think-hf";
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(hf))
+    if (!fs::exists(d / e.path().filename())) fs::create_symlink(e.path(), d / e.path().filename());
+  std::ofstream(d / "chat_template.jinja")
+      << "{% for m in messages %}{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}"
+         "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+         "{% else %}<think>\n{% endif %}{% endif %}";
+  const std::string cmf = (dir_ / "think.cmf").string();
+  ran("convert " + d.string() + " -o " + cmf + " --quant f32");
+  const std::string cmd =
+      std::string(CORTIQ_CLI_PATH) + " run " + cmf + " -p 'Once upon a time' -n 12 --greedy --threads 1";
+  int rc = 0;
+  const std::string out = sh(cmd + " 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(out, "\n");  // nothing but the final newline: the answer is all reasoning
+  const std::string err = sh(cmd + " 2>&1 >/dev/null", &rc);
+  const size_t open = err.find("[thinking]\n"), close = err.find("\n[/thinking]\n");
+  ASSERT_NE(open, std::string::npos) << err;
+  ASSERT_NE(close, std::string::npos) << err;
+  EXPECT_GT(close, open + 11) << err;  // some reasoning text between the markers
+  const std::string answer = sh(cmd + " --no-think 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(answer.size(), 1u);
+  EXPECT_EQ(sh(cmd + " --no-think 2>&1 >/dev/null").find("[thinking]"), std::string::npos);
+}
+
 // A repeatable flag takes one value per use, so the model path after it stays the positional (CLI11
 // vector options otherwise swallow it: "model is required").
 TEST_F(CliArgs, RepeatableFlagBeforeTheModel) {
@@ -243,7 +277,8 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
   refused("ppl " + model_ + " -f " + dir_.string(), "it is a folder");
   const fs::path bin = dir_ / "ppl_bin.txt";
   std::ofstream(bin, std::ios::binary) << "ok \xff\xfe more";
-  refused("ppl " + model_ + " -f " + bin.string(), "is not UTF-8 text: byte 3 (0xFF) starts no valid sequence");
+  refused("ppl " + model_ + " -f " + bin.string(),
+          "is not UTF-8 text: byte 3 (0xFF) starts no valid sequence");
 }
 
 // A prompt longer than the context: the hint offers --ctx only while the model allows more, and

@@ -91,6 +91,23 @@ TEST_F(StoriesE2E, PerplexityOnTinyStoriesSample) {
   EXPECT_NE(out.find("PPL = 6.8979 +/- 0.77027 over 889 tokens"), std::string::npos) << out;
 }
 
+// The chunks as parallel engine slots (batched steps), and in forward calls of 64 positions: the
+// same perplexity to the last printed digit as one chunk at a time (bit for bit: perplexity_test).
+TEST_F(StoriesE2E, PerplexityIsTheSameWithParallelSlots) {
+  if (dir_.empty()) GTEST_SKIP() << "../shared missing";
+  ASSERT_TRUE(ok_);
+  for (const char* flags : {"--parallel 1", "--parallel 4", "--parallel 4 --batch 64", "--parallel 7"}) {
+    int rc = 0;
+    const std::string out =
+        sh(std::string(CORTIQ_CLI_PATH) + " ppl " + (dir_ / "s.cmf").string() + " -f " + shared_dir() +
+               "/data/tinystories-sample/tinystories_sample.txt --ctx 256 " + flags + " 2>&1",
+           &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("PPL = 6.8979 +/- 0.77027 over 889 tokens"), std::string::npos) << flags << "\n"
+                                                                                       << out;
+  }
+}
+
 TEST_F(StoriesE2E, PromptLongerThanContextIsAnError) {
   if (dir_.empty()) GTEST_SKIP() << "../shared missing";
   ASSERT_TRUE(ok_);

@@ -19,7 +19,7 @@ namespace {
 
 struct PplArgs {
   std::string model, file, mode = "chunked";
-  size_t ctx = 512, batch = 0, tokens = 1024;
+  size_t ctx = 512, batch = 0, tokens = 1024, parallel = 1;
   int64_t chunks = -1;        ///< --chunks: score at most the first N chunks (-1 = all)
   bool ctx_given = false;     ///< --ctx on the command line (chunked mode only)
   bool tokens_given = false;  ///< --tokens on the command line (prefix mode only)
@@ -55,7 +55,10 @@ void ppl_cmd(const PplArgs& a) {
   if (n_text == 0) fail(ErrorKind::InvalidArgument, "'{}' is empty: it has no tokens to score", a.file);
   runtime::PplResult r;
   std::optional<Progress> bar;
-  auto advance = [&](size_t n) { bar->advance(n); };
+  runtime::PplOptions po;
+  po.batch = a.batch;
+  po.parallel = a.parallel;
+  po.progress = [&](size_t n) { bar->advance(n); };  // on the engine's thread while this one waits
   if (a.mode == "chunked") {
     if (a.ctx > lm.model->arch().max_position_embeddings)
       fail(ErrorKind::InvalidArgument, "--ctx {} exceeds max_position_embeddings {}", a.ctx,
@@ -70,8 +73,7 @@ void ppl_cmd(const PplArgs& a) {
                 ids.size() / a.ctx, a.ctx, text_tokens);
     std::fflush(stdout);
     bar.emplace("perplexity", ids.size() / a.ctx * a.ctx, "tok");
-    r = runtime::perplexity_chunked(*lm.model, ids, a.ctx, bos, a.batch, a.load.kv_f16, advance,
-                                    lm.variant.get());
+    r = runtime::perplexity_chunked(lm, ids, a.ctx, bos, po);
     bar->finish();
   } else if (a.mode == "prefix") {
     if (a.tokens < 2)
@@ -93,7 +95,7 @@ void ppl_cmd(const PplArgs& a) {
       fail(ErrorKind::InvalidArgument, "'{}' is too short: it has {}{}; prefix mode needs at least 2", a.file,
            tokens_str(n_text), n_bos ? " (plus BOS)" : "");
     bar.emplace("perplexity", ids.size(), "tok");
-    r = runtime::perplexity_prefix(*lm.model, ids, a.batch, a.load.kv_f16, advance, lm.variant.get());
+    r = runtime::perplexity_prefix(lm, ids, po);
     bar->finish();
   } else {
     fail(ErrorKind::InvalidArgument, "--mode must be 'chunked' or 'prefix' (got '{}')", a.mode);
@@ -114,6 +116,10 @@ void setup(CLI::App& root) {
   c->add_option("--chunks", a->chunks, "score at most the first N chunks (chunked mode; -1 = all)")
       ->check(positive_or_minus_one("all chunks"));
   c->add_option("--batch", a->batch, "positions per forward call (0 = whole chunk)");
+  c->add_option("--parallel", a->parallel,
+                "chunks scored together, each in its own engine slot, as one batched step (1; chunked "
+                "mode; the result does not depend on it)")
+      ->check(at_least(1));
   c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
   c->add_option("--tokens", a->tokens,
                 "prefix mode: tokens read from the start of the text, the first one unscored (1024, at most "

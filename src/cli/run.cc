@@ -14,12 +14,14 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "cli/command.h"
 #include "runtime/session.h"
+#include "tokenizer/output_protocol.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -100,6 +102,66 @@ void install_sigint_handler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+/// Raw mode (`chat` false): the text as it streams. A chat answer on the terminal is read with the template's
+/// output protocol (tokenizer/output_protocol.h): reasoning blocks go to stderr between "[thinking]" and
+/// "[/thinking]" lines as they stream; the answer goes to stdout; tool-call markup is held back
+/// from where it may begin and, when it parses as calls, printed at the end as one JSON line
+/// {"tool_calls":[{"id","type":"function","function":{"name","arguments"}}]} after the rest of the text.
+class AnswerPrinter {
+ public:
+  /// `starts_inside`: the rendered prompt opened a reasoning block (prompt_opens_reasoning).
+  AnswerPrinter(bool chat, const OutputProtocol& proto, bool starts_inside)
+      : chat_(chat), proto_(proto), reasoning_(chat && proto.reasoning, starts_inside) {}
+  void feed(std::string_view text) { emit(reasoning_.feed(text), false); }
+  /// The end of the answer: everything held back.
+  void finish() { emit(reasoning_.finish(), true); }
+
+ private:
+  void emit(const ReasoningStream::Delta& d, bool done) {
+    if (!chat_) return out(d.content);
+    if (!d.reasoning.empty()) {
+      if (!thinking_) std::fputs("[thinking]\n", stderr);
+      thinking_ = true;
+      std::fwrite(d.reasoning.data(), 1, d.reasoning.size(), stderr);
+    }
+    if (thinking_ && (!d.content.empty() || done)) {
+      std::fputs("\n[/thinking]\n", stderr);
+      thinking_ = false;
+    }
+    content_ += d.content;
+    if (done) {
+      const std::string tail = content_.substr(sent_);
+      const ToolParse p = parse_tool_calls(tail, false, {proto_.tools, {}});
+      if (p.calls.empty()) {
+        out(tail);
+      } else {
+        nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+        for (const auto& c : p.calls)
+          calls.push_back({{"id", c.id},
+                           {"type", "function"},
+                           {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        out(p.content.empty() ? std::string() : p.content + "\n");
+        out(nlohmann::ordered_json{{"tool_calls", calls}}.dump());
+      }
+      sent_ = content_.size();
+      return;
+    }
+    const size_t upto = std::min(content_.size(), tool_markup_start(content_, false, proto_.tools));
+    if (upto > sent_) out(std::string_view(content_).substr(sent_, upto - sent_));
+    sent_ = std::max(sent_, upto);
+  }
+  static void out(std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  }
+  bool chat_;
+  OutputProtocol proto_;
+  ReasoningStream reasoning_;
+  std::string content_;
+  size_t sent_ = 0;
+  bool thinking_ = false;
+};
+
 void print_footer(const runtime::GenerateResult& r) {
   const size_t n = r.ids.size();
   if (n >= 2 && r.ttft_s > 0 && r.total_s > r.ttft_s) {
@@ -141,14 +203,13 @@ void run_cmd(const RunArgs& a) {
     std::fprintf(stderr, "note: --system is ignored: %s\n",
                  a.raw ? "--raw encodes the prompt as is" : "this model has no chat template");
   runtime::Session session(lm);
-  auto stream = [](std::string_view s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-  };
+  const OutputProtocol proto = chat ? OutputProtocol::of(*lm.bundle.chat_template) : OutputProtocol{};
+  if (chat && lm.tokenizer) gp.keep_special = tool_markup_specials(*lm.tokenizer);
   std::vector<runtime::ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});
   auto turn = [&](const std::string& user) {
     std::vector<uint32_t> ids;
+    bool opens_reasoning = false;  // the rendered prompt leaves the model inside a <think> block
     if (chat) {
       messages.push_back({"user", user});
       // A conversation that outgrows the context drops its oldest exchanges (the system message and
@@ -156,7 +217,9 @@ void run_cmd(const RunArgs& a) {
       const size_t keep = !messages.empty() && messages.front().role == "system" ? 1 : 0;
       size_t dropped = 0;
       for (;;) {
-        ids = lm.tokenizer->encode(runtime::render_chat(lm, messages, a.no_think), false);
+        const std::string rendered = runtime::render_chat(lm, messages, a.no_think);
+        opens_reasoning = prompt_opens_reasoning(rendered);
+        ids = lm.tokenizer->encode(rendered, false);
         if (ids.size() < lm.ctx || messages.size() <= keep + 1) break;
         const size_t n = std::min<size_t>(2, messages.size() - keep - 1);
         messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(keep),
@@ -173,7 +236,9 @@ void run_cmd(const RunArgs& a) {
     runtime::GenerateResult r;
     {
       const AnsweringScope answering;  // Ctrl-C cancels the answer, also when generate throws
-      r = session.generate(ids, gp, stream);
+      AnswerPrinter printer(chat, proto, opens_reasoning);
+      r = session.generate(ids, gp, [&](std::string_view s) { printer.feed(s); });
+      printer.finish();
     }
     if (chat) messages.push_back({"assistant", r.text});
     std::fflush(stdout);

@@ -12,15 +12,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
 
 #include "kernels/kernels.h"
 #include "kernels/simd_matvec.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -301,6 +304,40 @@ uint64_t proc_status_bytes(const char* file, std::string_view key) {
 
 }  // namespace
 
+namespace {
+
+/// Runs `seqs` greedy jobs of `n_gen` tokens on `engine` (which has `seqs` free slots), sequence
+/// b's prompt the single id ids[b·n_gen], and waits for their end. Rethrows a job's failure.
+void decode_batch(Engine& engine, const LoadedModel& lm, const std::vector<uint32_t>& ids, size_t n_gen,
+                  size_t seqs) {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::vector<std::shared_ptr<Job>> jobs(seqs);
+  for (size_t b = 0; b < seqs; ++b) {
+    auto& j = jobs[b] = std::make_shared<Job>();
+    j->prompt = {ids[b * n_gen]};
+    j->sampler = SamplerParams::greedy();
+    j->max_tokens = n_gen;
+    j->ignore_eos = true;
+    j->use_cache = false;
+    j->mask = lm.mask;
+    j->on_done = [&](const std::string&, size_t, const std::string&) {
+      std::lock_guard<std::mutex> g(mu);
+      ++done;
+      cv.notify_all();
+    };
+  }
+  if (!engine.submit(std::span<const std::shared_ptr<Job>>(jobs)))
+    fail(ErrorKind::InvalidArgument, "bench: the engine has fewer than {} free slots", seqs);
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return done == seqs; });
+  for (const auto& j : jobs)
+    if (j->failure) std::rethrow_exception(j->failure);
+}
+
+}  // namespace
+
 BenchReport run_bench(const std::string& path, const BenchOptions& opt, const BenchProgress& progress) {
   if (opt.reps == 0) fail(ErrorKind::InvalidArgument, "-r/--repetitions must be >= 1");
   if (opt.threads.empty()) fail(ErrorKind::InvalidArgument, "no thread counts given (-t)");
@@ -424,23 +461,12 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
         });
         continue;
       }
-      // batched decode: step k runs token k of every sequence (ids[b·n_gen + k]) in one forward_batch
-      std::vector<model::KvCache> kvs;
-      kvs.reserve(seqs);
-      for (size_t b = 0; b < seqs; ++b) kvs.emplace_back(m.arch(), cap, false);
-      std::vector<float> blogits(seqs * m.vocab_size());
-      std::vector<model::SeqStep> steps(seqs);
+      // Batched decode through the generation engine (what serve --parallel runs): B slots, B jobs
+      // admitted together, each a random one-token prompt then greedy tokens, end-of-turn ids
+      // ignored: n_gen steps of one forward_batch over B rows (the first is the prompts' prefill).
+      Engine engine(lm, EngineOptions{.parallel = seqs, .queue = 0, .ctx = cap});
       run_test(fmt::format("tg{}x{}", opt.n_gen, seqs), opt.n_gen, seqs, false,
-               [&](const std::vector<uint32_t>& ids) {
-                 for (auto& c : kvs) c.truncate(0);
-                 for (size_t k = 0; k < opt.n_gen; ++k) {
-                   for (size_t b = 0; b < seqs; ++b)
-                     steps[b] = {std::span<const uint32_t>(&ids[b * opt.n_gen + k], 1), &kvs[b],
-                                 std::span<float>(blogits).subspan(b * m.vocab_size(), m.vocab_size()), false,
-                                 var};
-                   m.forward_batch(steps);
-                 }
-               });
+               [&](const std::vector<uint32_t>& ids) { decode_batch(engine, lm, ids, opt.n_gen, seqs); });
     }
     probe.reset();  // the RSS below is the model's, not the probe buffer's
     rep.rss_bytes.push_back(proc_status_bytes("/proc/self/status", "VmRSS:"));

@@ -133,9 +133,10 @@ struct BenchOptions {
   size_t reps = 5;                    ///< measured repetitions per test (>= 1)
   std::vector<size_t> threads{1, 2};  ///< thread counts, each >= 1
   /// Decode sequences per step, each >= 1: the tg test runs once per entry. An entry B > 1 decodes
-  /// B sequences together, each with its own KV cache, as one Model::forward_batch per step (one
-  /// pass over the weights serves all B tokens: what `cortiq serve --parallel` does with B active
-  /// streams); its test is "tg<n_gen>x<B>" and its t/s is the aggregate over the B sequences.
+  /// B sequences together through the generation engine (runtime::Engine with B slots, the code
+  /// `cortiq serve --parallel` runs): each a one-id random prompt then greedy tokens, one
+  /// Model::forward_batch per step (one pass over the weights serves all B tokens); its test is
+  /// "tg<n_gen>x<B>" and its t/s is the aggregate over the B sequences.
   std::vector<size_t> parallel{1};
   uint64_t seed = 42;  ///< token-id RNG seed (std::mt19937_64)
   bool exact = false;  ///< ask for the f32-activation kernels (LoadOptions::exact)
@@ -217,11 +218,11 @@ using BenchProgress = std::function<void(const std::string&)>;
 /// LoadOptions::exact = opt.exact; the process-wide matmul mode is restored on return),
 /// measures the bandwidth, warms up (a prefill of min(n_prompt, 16) tokens and one decode step,
 /// which touches every weight), then times `reps` prefills (one forward of n_prompt random ids,
-/// logits of the last position) and, per entry B of `parallel`, `reps` decodes (n_gen steps of one
-/// random id per sequence from empty KV caches: forward() for B = 1, forward_batch over B
-/// sequences otherwise). Token ids are uniform in [0, vocab) from `seed`. Throws
-/// Error(InvalidArgument) for reps == 0, an empty or zero thread or parallel list, or nothing to
-/// run (n_prompt == n_gen == 0); load errors propagate.
+/// logits of the last position) and, per entry B of `parallel`, `reps` decodes (n_gen steps from
+/// empty KV caches: for B = 1 one forward() per random id; otherwise B engine jobs of a random
+/// one-id prompt and n_gen − 1 greedy tokens, end-of-turn ids ignored, one forward_batch per step). Token ids
+/// are uniform in [0, vocab) from `seed`. Throws Error(InvalidArgument) for reps == 0, an empty or zero
+/// thread or parallel list, or nothing to run (n_prompt == n_gen == 0); load errors propagate.
 BenchReport run_bench(const std::string& path, const BenchOptions& opt, const BenchProgress& progress = {});
 
 /// llama-bench-style markdown: one line describing the model, then a table

@@ -5,7 +5,7 @@
 #include <exception>
 #include <unordered_map>
 
-#include "runtime/stop_strings.h"
+#include "tokenizer/output_protocol.h"
 #include "util/error.h"
 #include "util/utf8.h"
 
@@ -13,7 +13,10 @@ namespace cortiq::runtime {
 
 void SerialBackend::run(std::span<StepItem> items) {
   for (auto& it : items)
-    m_.forward(it.tokens, *it.kv, it.logits, it.all_logits ? model::LogitsMode::All : model::LogitsMode::Last,
+    m_.forward(it.tokens, *it.kv, it.logits,
+               it.logits.empty() ? model::LogitsMode::None
+               : it.all_logits   ? model::LogitsMode::All
+                                 : model::LogitsMode::Last,
                it.variant);
 }
 
@@ -70,11 +73,13 @@ size_t common_prefix(std::span<const uint32_t> a, std::span<const uint32_t> b) {
 Engine::Engine(LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBackend> backend)
     : lm_(lm), opt_(opt) {
   if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
-  if (lm.active_task != "off" && lm.reader && lm.reader->masks())
-    default_mask_ = lm.reader->masks()->find(lm.active_task);
+  // The task load_model looked up and compiled: the engine takes both (one lookup, one compile).
+  default_mask_ = lm.mask;
+  if (lm.mask && lm.variant) variants_.emplace(lm.mask, lm.variant);
   backend_ = backend ? std::move(backend) : std::make_unique<BatchedBackend>(*lm.model);
+  const size_t ctx = opt_.ctx ? opt_.ctx : lm.ctx;
   for (size_t i = 0; i < opt_.parallel; ++i)
-    slots_.push_back(std::make_unique<Slot>(lm.model->arch(), lm.ctx, lm.kv_f16, lm.model->vocab_size()));
+    slots_.push_back(std::make_unique<Slot>(lm.model->arch(), ctx, lm.kv_f16, lm.model->vocab_size()));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -107,14 +112,18 @@ void Engine::notify_dropped(const std::vector<std::shared_ptr<Job>>& jobs) {
 }
 
 bool Engine::submit(std::shared_ptr<Job> job) {
+  return submit(std::span<const std::shared_ptr<Job>>(&job, 1));
+}
+
+bool Engine::submit(std::span<const std::shared_ptr<Job>> jobs) {
   std::vector<std::shared_ptr<Job>> dropped;
   bool queued = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     drop_cancelled_waiting(dropped);
     // A job may wait only when every slot is busy and the queue has room.
-    if (active_ + waiting_.size() < opt_.parallel + opt_.queue) {
-      waiting_.push_back(std::move(job));
+    if (active_ + waiting_.size() + jobs.size() <= opt_.parallel + opt_.queue) {
+      waiting_.insert(waiting_.end(), jobs.begin(), jobs.end());
       queued = true;
     }
   }
@@ -237,16 +246,23 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   Job& job = *s->job;
   if (s->prefilled) {
     s->cached.push_back(s->last);
-  } else if (job.prompt_logprobs) {
-    // Row j of the chunk's logits predicts the prompt token after position scored + j.
+  } else if (job.scores_prompt()) {
+    // Row j of the chunk's logits predicts the prompt token after position scored + j (a step
+    // wholly below score_from ran without logits).
     const std::span<const uint32_t> toks = item.tokens;
     const size_t V = s->logits.size(), n = job.prompt.size();
-    for (size_t j = 0; j < toks.size(); ++j)
-      if (s->scored + j + 1 < n)
-        job.prompt_lps.push_back(logprob_of(std::span<const float>(s->chunk_logits).subspan(j * V, V),
-                                            job.prompt[s->scored + j + 1], std::max(job.top_logprobs, 0)));
+    for (size_t j = 0; j < toks.size() && !item.logits.empty(); ++j) {
+      const size_t pos = s->scored + j;
+      const auto row = std::span<const float>(s->chunk_logits).subspan(j * V, V);
+      if (job.on_prompt_logits) {
+        if (pos >= job.score_from) job.on_prompt_logits(pos, row);
+      } else if (pos + 1 < n) {
+        job.prompt_lps.push_back(logprob_of(row, job.prompt[pos + 1], std::max(job.top_logprobs, 0)));
+      }
+    }
     s->cached.insert(s->cached.end(), toks.begin(), toks.end());
     s->scored += toks.size();
+    if (job.on_prompt_progress) job.on_prompt_progress(toks.size());
     if (s->scored < n) return;  // more of the prompt next step
     std::copy_n(s->chunk_logits.end() - static_cast<std::ptrdiff_t>(V), V, s->logits.begin());
     std::vector<float>().swap(s->chunk_logits);
@@ -280,7 +296,8 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   ++s->counts[next];
   s->seen.push_back(next);
   s->last = next;
-  const bool is_eos = std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
+  const bool is_eos =
+      !job.ignore_eos && std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
   // The sequence ends here unless a stop string ends it first; an ending sequence flushes what the
   // decoder holds back (a byte run the end-of-turn token closes, an incomplete character).
   const bool ending = is_eos || s->generated >= job.max_tokens || s->kv.size() >= s->kv.capacity();
@@ -372,7 +389,7 @@ void Engine::loop() {
         // At least the last prompt token is run again: its logits start the generation. A job that
         // scores its prompt runs all of it.
         x.reuse =
-            x.job->prompt_logprobs || !x.job->use_cache ? 0 : std::min(best_len, x.job->prompt.size() - 1);
+            x.job->scores_prompt() || !x.job->use_cache ? 0 : std::min(best_len, x.job->prompt.size() - 1);
         x.scored = 0;
         x.kv.truncate(x.reuse);
         x.cached.resize(x.reuse);
@@ -437,7 +454,8 @@ void Engine::start_slot(Slot& x) {
   if (v == variants_.end()) v = variants_.emplace(x.job->mask, lm_.model->compile_variant(x.job->mask)).first;
   x.variant = v->second;
   x.sampler.emplace(x.job->sampler);
-  if (lm_.tokenizer) {
+  // No text wanted (no on_text, no stop strings: bench, perplexity): no detokenization either.
+  if (lm_.tokenizer && (x.job->on_text || !x.job->stop.empty())) {
     x.dec.emplace(*lm_.tokenizer, true);
     x.dec->prime(x.job->prompt);  // the output continues the prompt (SentencePiece's leading space)
   }
@@ -451,9 +469,14 @@ void Engine::step(std::span<Slot* const> active) {
     const std::span<const uint32_t> prompt(s->job->prompt);
     if (s->prefilled) {
       items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->variant.get()});
-    } else if (s->job->prompt_logprobs) {
-      const size_t t = std::min(kPromptScoreChunk, prompt.size() - s->scored);
-      s->chunk_logits.resize(t * s->logits.size());
+    } else if (s->job->scores_prompt()) {
+      const Job& job = *s->job;
+      const size_t t =
+          std::min(job.score_chunk ? job.score_chunk : kPromptScoreChunk, prompt.size() - s->scored);
+      // logits unless every position is below score_from (the prompt's last one always has them)
+      const bool logits =
+          !job.on_prompt_logits || s->scored + t > job.score_from || s->scored + t == prompt.size();
+      s->chunk_logits.resize(logits ? t * s->logits.size() : 0);
       items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->variant.get(), true});
     } else {
       items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->variant.get()});

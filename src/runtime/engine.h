@@ -1,4 +1,5 @@
-// The one generation engine (cortiq serve, run's Session): N slots (each its own KV cache, sampler and RNG)
+// The one generation engine — cortiq serve, run's Session, ppl (prompt-scoring jobs) and
+// bench --parallel are its clients: N slots (each its own KV cache, sampler and RNG)
 // over one LoadedModel (one shared mmap), a bounded wait queue, and a step scheduler — continuous batching:
 // between steps finished sequences leave and waiting ones join; every step advances every active sequence by
 // one token (the first step of a sequence is its prefill).
@@ -114,6 +115,22 @@ struct Job {
   /// context), each with top_logprobs alternatives (at least 0). Filled by the engine before the
   /// job's first on_text / on_done, so a reader after either sees it complete.
   std::vector<TokenLogprob> prompt_lps;
+  /// Prompt scoring with the raw logits (perplexity): when set, the prompt is scored as with
+  /// prompt_logprobs (from the start, no prompt cache) but, instead of filling prompt_lps, this is
+  /// called on the engine thread with each position j >= score_from and its logits [vocab] (the
+  /// distribution of prompt[j+1]; j = n−1 included), in position order. A throw ends the job
+  /// with "error" and Job::failure set to it.
+  std::function<void(size_t pos, std::span<const float> logits)> on_prompt_logits;
+  /// With on_prompt_logits: prompt steps whose positions all lie below this run without logits.
+  size_t score_from = 0;
+  /// Prompt tokens per step while scoring (0 = kPromptScoreChunk): [score_chunk, vocab] floats of
+  /// logits per slot.
+  size_t score_chunk = 0;
+  /// While scoring: called on the engine thread after each prompt step with the tokens it ran.
+  std::function<void(size_t tokens)> on_prompt_progress;
+  /// End-of-turn ids do not end the sequence (llama.cpp's ignore_eos): it runs to max_tokens, the
+  /// context or a stop string; their text is decoded like any token's.
+  bool ignore_eos = false;
   const cmf::TaskMask* mask = nullptr;  ///< task mask for this sequence
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
@@ -138,6 +155,8 @@ struct Job {
   /// Prompt tokens whose KV came from the slot's prompt cache; set by the engine when the job gets
   /// a slot (before any on_text / on_done, so a reader after on_done sees it).
   size_t cached_tokens = 0;
+  /// Whether the engine scores the prompt (prompt_logprobs or on_prompt_logits).
+  bool scores_prompt() const noexcept { return prompt_logprobs || static_cast<bool>(on_prompt_logits); }
 };
 
 /// Prompt tokens a prompt-scoring job (Job::prompt_logprobs) runs per step: every position's
@@ -148,6 +167,7 @@ inline constexpr size_t kPromptScoreChunk = 32;
 struct EngineOptions {
   size_t parallel = 1;  ///< slots (sequences decoding together)
   size_t queue = 16;    ///< jobs allowed to wait for a slot
+  size_t ctx = 0;       ///< KV positions per slot (0 = LoadedModel::ctx)
 };
 
 /// Counters (for /health and logs): jobs in a slot, jobs in the wait queue, jobs ended since start
@@ -168,8 +188,12 @@ class Engine {
 
   /// Queues a job; false when the wait queue is full (the caller answers 429).
   bool submit(std::shared_ptr<Job> job);
+  /// Queues every job of `jobs` or none (false: not all fit). Jobs queued together are admitted
+  /// together when enough slots are free, so their first steps run as one batch.
+  bool submit(std::span<const std::shared_ptr<Job>> jobs);
   EngineStats stats() const;
-  /// The mask load_model activated (nullptr = none).
+  /// The mask load_model activated (LoadedModel::mask, nullptr = none); its compiled variant is
+  /// the LoadedModel's, not a second copy.
   const cmf::TaskMask* default_mask() const noexcept { return default_mask_; }
 
  private:

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <vector>
 
+#include "runtime/engine.h"
 #include "util/error.h"
 
 namespace cortiq::runtime {
@@ -48,61 +52,82 @@ struct Acc {
   }
 };
 
-// Runs `ids` from an empty cache, calling score(j, logits_j) for positions j >= first and
-// progress(positions) after each forward call (when set).
-template <typename F>
-void run_sequence(model::Model& m, const model::Variant* var, std::span<const uint32_t> ids, size_t first,
-                  size_t batch, bool kv_f16, const std::function<void(size_t)>& progress, F&& score) {
-  const size_t n = ids.size(), V = m.vocab_size();
-  model::KvCache kv(m.arch(), n, kv_f16);
-  if (batch == 0) batch = n;
-  std::vector<float> logits;
-  for (size_t b = 0; b < n; b += batch) {
-    const size_t cnt = std::min(batch, n - b);
-    if (b + cnt <= first) {
-      m.forward(ids.subspan(b, cnt), kv, {}, model::LogitsMode::None, var);
-      if (progress) progress(cnt);
-      continue;
-    }
-    logits.resize(cnt * V);
-    m.forward(ids.subspan(b, cnt), kv, logits, model::LogitsMode::All, var);
-    for (size_t i = 0; i < cnt; ++i)
-      if (b + i >= first) score(b + i, std::span<const float>(logits.data() + i * V, V));
-    if (progress) progress(cnt);
+/// Scores every sequence of `seqs` from an empty cache on an engine of `parallel` slots: the NLL
+/// of seq[j+1] at each position j >= first, per sequence in position order. Rethrows the failure
+/// of the first sequence (in order) that failed.
+std::vector<std::vector<double>> score_sequences(LoadedModel& lm,
+                                                 const std::vector<std::vector<uint32_t>>& seqs, size_t first,
+                                                 const PplOptions& opt) {
+  if (opt.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
+  size_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.size());
+  std::vector<std::vector<double>> nll(seqs.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    auto job = std::make_shared<Job>();
+    job->prompt = seqs[i];
+    job->max_tokens = 0;  // score the prompt, generate nothing
+    job->use_cache = false;
+    job->mask = lm.mask;  // the engine's default_mask()
+    job->score_from = first;
+    job->score_chunk = opt.batch ? opt.batch : seqs[i].size();
+    const std::vector<uint32_t>* seq = &seqs[i];
+    std::vector<double>* out = &nll[i];
+    job->on_prompt_logits = [seq, out](size_t j, std::span<const float> logits) {
+      if (j + 1 < seq->size()) out->push_back(token_nll(logits, (*seq)[j + 1]));
+    };
+    if (opt.progress) job->on_prompt_progress = opt.progress;
+    job->on_done = [&](const std::string&, size_t, const std::string&) {
+      std::lock_guard<std::mutex> g(mu);
+      ++done;
+      cv.notify_all();
+    };
+    jobs.push_back(std::move(job));
   }
+  // Declared last: its thread, which calls the jobs' callbacks, ends before what they touch.
+  Engine engine(
+      lm,
+      EngineOptions{.parallel = std::min(opt.parallel, seqs.size()), .queue = seqs.size(), .ctx = longest});
+  if (!engine.submit(std::span<const std::shared_ptr<Job>>(jobs)))
+    fail(ErrorKind::InvalidArgument, "perplexity: the engine refused {} sequences", jobs.size());
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return done == jobs.size(); });
+  }
+  for (const auto& j : jobs)
+    if (j->failure) std::rethrow_exception(j->failure);
+  return nll;
 }
 
 }  // namespace
 
-PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, size_t n_ctx,
-                             std::optional<uint32_t> bos, size_t batch, bool kv_f16,
-                             const std::function<void(size_t)>& progress, const model::Variant* variant) {
+PplResult perplexity_chunked(LoadedModel& lm, std::span<const uint32_t> ids, size_t n_ctx,
+                             std::optional<uint32_t> bos, const PplOptions& opt) {
   if (n_ctx < 4) fail(ErrorKind::InvalidArgument, "--ctx must be >= 4 (got {})", n_ctx);
   const size_t n_chunks = ids.size() / n_ctx;
   if (n_chunks == 0)
     fail(ErrorKind::InvalidArgument, "the text has {} token{}, fewer than one chunk of --ctx {}", ids.size(),
          ids.size() == 1 ? "" : "s", n_ctx);
-  Acc acc;
-  std::vector<uint32_t> chunk(n_ctx);
-  const size_t first = n_ctx / 2;
+  std::vector<std::vector<uint32_t>> chunks(n_chunks);
   for (size_t c = 0; c < n_chunks; ++c) {
-    std::copy(ids.begin() + c * n_ctx, ids.begin() + (c + 1) * n_ctx, chunk.begin());
-    if (bos) chunk[0] = *bos;
-    run_sequence(m, variant, chunk, first, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
-      if (j + 1 < n_ctx) acc.add(token_nll(lg, chunk[j + 1]));
-    });
+    chunks[c].assign(ids.begin() + c * n_ctx, ids.begin() + (c + 1) * n_ctx);
+    if (bos) chunks[c][0] = *bos;
   }
+  Acc acc;
+  for (const auto& chunk : score_sequences(lm, chunks, n_ctx / 2, opt))
+    for (double x : chunk) acc.add(x);
   return acc.result(n_chunks);
 }
 
-PplResult perplexity_prefix(model::Model& m, std::span<const uint32_t> ids, size_t batch, bool kv_f16,
-                            const std::function<void(size_t)>& progress, const model::Variant* variant) {
+PplResult perplexity_prefix(LoadedModel& lm, std::span<const uint32_t> ids, const PplOptions& opt) {
   if (ids.size() < 2)
     fail(ErrorKind::InvalidArgument, "perplexity needs at least 2 tokens (got {})", ids.size());
   Acc acc;
-  run_sequence(m, variant, ids, 0, batch, kv_f16, progress, [&](size_t j, std::span<const float> lg) {
-    if (j + 1 < ids.size()) acc.add(token_nll(lg, ids[j + 1]));
-  });
+  const auto nll = score_sequences(lm, {std::vector<uint32_t>(ids.begin(), ids.end())}, 0, opt);
+  for (double x : nll[0]) acc.add(x);
   return acc.result(1);
 }
 

@@ -1,5 +1,7 @@
 // Perplexity over a token sequence (llama.cpp `llama-perplexity` chunked procedure, and the
-// reference's prefix procedure; CLI-NOTES `ppl`).
+// reference's prefix procedure; CLI-NOTES `ppl`): a client of the generation engine, whose
+// prompt-scoring jobs (runtime::Job::on_prompt_logits) run the chunks, several at once in parallel
+// slots.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +10,7 @@
 #include <optional>
 #include <span>
 
-#include "model/model.h"
+#include "runtime/session.h"
 
 namespace cortiq::runtime {
 
@@ -21,26 +23,33 @@ struct PplResult {
   size_t chunks = 0;
 };
 
-/// Natural-log NLL of `target` under `logits` [vocab] (log-softmax in double).
+/// How the sequences run.
+struct PplOptions {
+  size_t batch = 0;     ///< positions per forward call (0 = the whole sequence)
+  size_t parallel = 1;  ///< engine slots: sequences (chunks) scored together in one batched step
+  /// Called (on the engine's thread) after each forward call with the positions it ran.
+  std::function<void(size_t)> progress;
+};
+
+/// Natural-log NLL of `target` under `logits` [vocab] (log-softmax in double). Error(NonFinite)
+/// naming the logit when one is NaN or infinite and the NLL is not finite.
 double token_nll(std::span<const float> logits, uint32_t target);
 
 /// llama.cpp chunked perplexity: the ids (already tokenized with BOS when the model wants one)
 /// are cut into floor(n / n_ctx) non-overlapping chunks of n_ctx tokens; when `bos` is given the
 /// first token of every chunk is replaced by it; each chunk runs from an empty KV cache and
-/// positions j in [n_ctx/2, n_ctx−2] score ids[j+1]. `batch` = positions per forward call (0 = whole
-/// chunk). `progress`, when set, is called after each forward call with the positions it ran
-/// (n_chunks·n_ctx in all). Throws Error(InvalidArgument) if there are fewer than n_ctx ids or
-/// n_ctx < 4. `variant`: the task mask the sequences run under (nullptr = dense).
-PplResult perplexity_chunked(model::Model& m, std::span<const uint32_t> ids, size_t n_ctx,
-                             std::optional<uint32_t> bos, size_t batch = 0, bool kv_f16 = false,
-                             const std::function<void(size_t)>& progress = {},
-                             const model::Variant* variant = nullptr);
+/// positions j in [n_ctx/2, n_ctx−2] score ids[j+1]. The chunks run as engine jobs under the
+/// model's task mask (LoadedModel::mask) with lm's KV precision, `opt.parallel` at a time; the
+/// NLLs are summed in chunk and position order, so the result does not depend on `parallel` or
+/// `batch` (the forward contract makes a position's logits the same in any step shape). Throws
+/// Error(InvalidArgument) if there are fewer than n_ctx ids, n_ctx < 4 or parallel == 0, and what
+/// ended a failed chunk (e.g. Error(NonFinite)).
+PplResult perplexity_chunked(LoadedModel& lm, std::span<const uint32_t> ids, size_t n_ctx,
+                             std::optional<uint32_t> bos, const PplOptions& opt = {});
 
 /// Prefix mode (reference `ppl`): one sequence ids[0..n), PPL = exp(mean NLL of ids[t+1] given
-/// ids[..=t]) over t < n−1 (n−1 scored tokens). `progress` as for perplexity_chunked (n in all).
-/// Throws Error(InvalidArgument) for fewer than 2 ids.
-PplResult perplexity_prefix(model::Model& m, std::span<const uint32_t> ids, size_t batch = 0,
-                            bool kv_f16 = false, const std::function<void(size_t)>& progress = {},
-                            const model::Variant* variant = nullptr);
+/// ids[..=t]) over t < n−1 (n−1 scored tokens), one engine slot. Throws Error(InvalidArgument) for
+/// fewer than 2 ids.
+PplResult perplexity_prefix(LoadedModel& lm, std::span<const uint32_t> ids, const PplOptions& opt = {});
 
 }  // namespace cortiq::runtime

@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "runtime/engine.h"
-#include "tokenizer/jinja/jinja.h"
 #include "util/error.h"
 
 namespace cortiq::runtime {
@@ -22,6 +21,16 @@ std::vector<uint32_t> LoadedModel::encode_raw(std::string_view text) const {
   std::vector<uint32_t> ids = tokenizer->encode(text, false);
   if (add_bos && bos_id && (ids.empty() || ids.front() != *bos_id)) ids.insert(ids.begin(), *bos_id);
   return ids;
+}
+
+const cmf::TaskMask* find_task(const cmf::Reader& r, std::string_view name, std::string* available) {
+  const cmf::MaskCatalog* cat = r.masks();
+  if (available) {
+    available->clear();
+    if (cat)
+      for (const auto& x : cat->masks) *available += (available->empty() ? "" : ", ") + x.name;
+  }
+  return cat ? cat->find(name) : nullptr;
 }
 
 namespace {
@@ -127,14 +136,13 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
         }
       if (!m) m = &cat->masks.front();
     } else {
-      m = cat->find(opt.task);
-    }
-    if (!m) {
       std::string names;
-      for (const auto& x : cat->masks) names += (names.empty() ? "" : ", ") + x.name;
-      fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off'){}", opt.task, names,
-           threads_hint(opt.task));
+      m = find_task(r, opt.task, &names);
+      if (!m)
+        fail(ErrorKind::InvalidArgument, "unknown task '{}'; available tasks: {} (or 'off'){}", opt.task,
+             names, threads_hint(opt.task));
     }
+    lm.mask = m;
     lm.variant = lm.model->compile_variant(m);
     lm.active_task = m->name;
     lm.sparsity = m->sparsity;
@@ -189,6 +197,7 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   for (const auto& st : gp.stop_strings)
     if (!st.empty()) job->stop.push_back(st);
   job->mask = engine_->default_mask();
+  job->keep_special = gp.keep_special;
   job->use_cache = !fresh_;
   fresh_ = false;
   auto out = std::make_shared<Outcome>();
@@ -246,21 +255,23 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   return res;
 }
 
-std::string render_chat(const LoadedModel& lm, const std::vector<ChatMessage>& messages, bool no_think) {
-  if (!lm.bundle.chat_template || lm.bundle.chat_template->empty())
-    fail(ErrorKind::InvalidArgument, "this model has no chat template (use --raw)");
-  jinja::Template tpl(*lm.bundle.chat_template);
-  nlohmann::ordered_json ctx;
-  ctx["messages"] = nlohmann::ordered_json::array();
-  for (const auto& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
-  ctx["add_generation_prompt"] = true;
+std::optional<ChatTemplate> chat_template_of(const LoadedModel& lm) {
+  if (!lm.bundle.chat_template || lm.bundle.chat_template->empty()) return std::nullopt;
+  std::optional<std::string> bos, eos;
   if (lm.tokenizer) {
-    if (lm.bos_id) ctx["bos_token"] = lm.tokenizer->id_to_token(*lm.bos_id);
-    if (!lm.bundle.eos_token_ids.empty())
-      ctx["eos_token"] = lm.tokenizer->id_to_token(lm.bundle.eos_token_ids[0]);
+    if (lm.bos_id) bos = lm.tokenizer->id_to_token(*lm.bos_id);
+    if (!lm.bundle.eos_token_ids.empty()) eos = lm.tokenizer->id_to_token(lm.bundle.eos_token_ids[0]);
   }
-  if (no_think) ctx["enable_thinking"] = false;
-  return tpl.render(ctx);
+  return ChatTemplate(*lm.bundle.chat_template, bos, eos);
+}
+
+std::string render_chat(const LoadedModel& lm, const std::vector<ChatMessage>& messages, bool no_think) {
+  const std::optional<ChatTemplate> tpl = chat_template_of(lm);
+  if (!tpl) fail(ErrorKind::InvalidArgument, "this model has no chat template (use --raw)");
+  ChatRequest req;
+  for (const auto& m : messages) req.messages.push_back({{"role", m.role}, {"content", m.content}});
+  if (no_think) req.enable_thinking = false;
+  return tpl->apply(req);
 }
 
 }  // namespace cortiq::runtime

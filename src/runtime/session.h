@@ -14,6 +14,7 @@
 #include "model/cmf_source.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cortiq::runtime {
@@ -48,7 +49,9 @@ struct LoadedModel {
   cmf::TokenizerBundle bundle;           ///< eos ids, bos, chat template
   std::string active_task = "general";   ///< name shown in the Ready line
   double sparsity = 0.0;                 ///< active mask's sparsity (0..1)
-  /// The active task mask compiled for `model` (nullptr = dense); what run, ppl and bench use.
+  /// The active task mask (find_task's answer for LoadOptions::task; nullptr = dense) and its
+  /// compiled variant: the one lookup and the one compile; an Engine over this model takes both.
+  const cmf::TaskMask* mask = nullptr;
   std::shared_ptr<const model::Variant> variant;
   size_t ctx = 0;  ///< KV capacity
   bool kv_f16 = false;
@@ -69,6 +72,11 @@ struct LoadedModel {
 /// the file and the section; a sidecar that does not parse, the sidecar's own error.
 std::unique_ptr<Tokenizer> load_tokenizer(const cmf::Reader& r, const std::string& path,
                                           std::string* missing = nullptr);
+
+/// The task mask called `name` in `r`'s catalog, or nullptr (also for a file without masks); when
+/// `available` is given, it is set to the catalog's names joined by ", " ("" without masks). The
+/// one task lookup: load_model (--task) and the server (a request's cortiq.task) both use it.
+const cmf::TaskMask* find_task(const cmf::Reader& r, std::string_view name, std::string* available = nullptr);
 
 /// Opens, validates and binds. Refuses a SKILL_FILE (Error(Unsupported) naming `cortiq skill
 /// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks, as is a `ctx`
@@ -95,6 +103,9 @@ struct GenerateParams {
   /// (the text so far is kept). A signal handler may set it (a lock-free atomic), as `run`'s
   /// interactive chat does on Ctrl-C. The prompt's prefill itself is not interrupted.
   const std::atomic<bool>* cancel = nullptr;
+  /// Special tokens whose text is kept in the output (tokenizer/output_protocol.h
+  /// tool_markup_specials); other special tokens write no text.
+  std::vector<uint32_t> keep_special;
 };
 
 class Engine;
@@ -127,9 +138,15 @@ struct ChatMessage {
   std::string role, content;
 };
 
-/// Renders `messages` with the file's chat template (transformers apply_chat_template variables:
-/// messages, add_generation_prompt=true, bos_token, eos_token, enable_thinking when `no_think`).
-/// Throws Error(InvalidArgument) when the file has no template.
+/// The model's chat template (LoadedModel::bundle) with the special-token strings it is rendered
+/// with: bos_token (the BOS id's token) and eos_token (the first bundle eos id's); nullopt when
+/// the file has none or it is empty. Throws jinja::TemplateError for a template that does not parse.
+std::optional<ChatTemplate> chat_template_of(const LoadedModel& lm);
+
+/// Renders `messages` with the file's chat template through ChatTemplate::apply — the one chat
+/// rendering path, the server's too (transformers apply_chat_template variables: messages,
+/// tools = null, add_generation_prompt = true, bos_token, eos_token, enable_thinking = false when
+/// `no_think`). Throws Error(InvalidArgument) when the file has no template.
 std::string render_chat(const LoadedModel& lm, const std::vector<ChatMessage>& messages, bool no_think);
 
 }  // namespace cortiq::runtime

@@ -120,19 +120,15 @@ class Service {
            opt.model_path);
     model_id_ = opt.alias.empty() ? lm_.model->arch().arch_name + "-cortiq" : opt.alias;
     if (!opt.chat_template_file.empty()) lm_.bundle.chat_template = read_file(opt.chat_template_file);
-    if (lm_.bundle.chat_template && !lm_.bundle.chat_template->empty()) {
-      std::optional<std::string> bos, eos;
-      if (lm_.bos_id) bos = lm_.tokenizer->id_to_token(*lm_.bos_id);
-      if (!lm_.bundle.eos_token_ids.empty()) eos = lm_.tokenizer->id_to_token(lm_.bundle.eos_token_ids[0]);
-      tmpl_.emplace(*lm_.bundle.chat_template, bos, eos);
-      tool_format_ = tool_format_of(*lm_.bundle.chat_template);
-      mistral_args_ = lm_.bundle.chat_template->find("[ARGS]") != std::string::npos;
-      mistral_space_ = lm_.bundle.chat_template->find("[TOOL_CALLS][") == std::string::npos;
-      reasoning_ = opt_.split_reasoning && template_has_reasoning(*lm_.bundle.chat_template);
+    tmpl_ = runtime::chat_template_of(lm_);  // the one chat-rendering path (run's too)
+    if (tmpl_) {
+      const OutputProtocol proto = OutputProtocol::of(tmpl_->source());
+      tool_format_ = proto.tools;
+      mistral_args_ = proto.mistral_args;
+      mistral_space_ = proto.mistral_space;
+      reasoning_ = opt_.split_reasoning && proto.reasoning;
     }
-    for (const char* s : {"[TOOL_CALLS]", "[ARGS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
-      if (auto id = lm_.tokenizer->token_to_id(s); id && lm_.tokenizer->is_special(*id))
-        keep_special_.push_back(*id);
+    keep_special_ = tool_markup_specials(*lm_.tokenizer);
     engine_ = std::make_unique<Engine>(lm_, EngineOptions{opt.parallel, opt.queue});
   }
 
@@ -704,15 +700,9 @@ class Service {
   const cmf::TaskMask* resolve_task(const std::optional<std::string>& task) {
     if (!task || *task == lm_.active_task) return engine_->default_mask();
     if (*task == "off") return nullptr;
-    const auto* cat = lm_.reader->masks();
-    const cmf::TaskMask* m = cat ? cat->find(*task) : nullptr;
+    std::string names;
+    const cmf::TaskMask* m = runtime::find_task(*lm_.reader, *task, &names);
     if (!m) {
-      std::string names;
-      if (cat)
-        for (const auto& x : cat->masks) {
-          if (!names.empty()) names += ", ";
-          names += x.name;
-        }
       throw ApiError(
           404,
           "unknown task '" + *task + "'; available: " + (names.empty() ? lm_.active_task : names) + ", off",
