@@ -147,7 +147,8 @@ TEST(Routing, MseUnitNormalisesFirst) {
   Descriptor d = decode_descriptor(sel, h);
   std::vector<float> a(phis.begin(), phis.begin() + h), b = a;
   for (float& x : b) x *= 37.0f;  // same direction: same energy under mse_unit
-  EXPECT_NEAR(routing_energy(d, a).e, routing_energy(d, b).e, 1e-6 * routing_energy(d, a).e);  // f32 scaling rounds
+  EXPECT_NEAR(routing_energy(d, a).e, routing_energy(d, b).e,
+              1e-6 * routing_energy(d, a).e);  // f32 scaling rounds
   double n2 = 0;
   for (float x : d.mean) n2 += double(x) * x;
   EXPECT_NEAR(n2, 1.0, 0.05);  // the mean of unit vectors of similar direction

@@ -214,6 +214,23 @@ std::vector<std::string> read_prompts(const std::string& path) {
     if (nl == std::string::npos) break;
     pos = nl + 1;
   }
+  // A line holding only the separator: documents (the testbed corpus's format).
+  if (std::any_of(lines.begin(), lines.end(),
+                  [](const std::string& l) { return trim(l) == kPromptSeparator; })) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (const auto& l : lines) {
+      if (trim(l) == kPromptSeparator) {
+        if (auto t = trim(cur); !t.empty()) out.push_back(t);
+        cur.clear();
+      } else {
+        cur += l;
+        cur += '\n';
+      }
+    }
+    if (auto t = trim(cur); !t.empty()) out.push_back(t);
+    return out;
+  }
   // A blank line between two non-blank ones switches to block mode.
   bool blocks = false;
   bool seen = false, blank_after = false;

@@ -31,9 +31,15 @@ TensorSet parse_tensor_set(std::string_view s);
 /// "4,5", "4-5", "0-2,7" → sorted unique layers. Error(InvalidArgument) for a malformed list.
 std::vector<uint32_t> parse_layer_list(std::string_view s);
 
-/// Prompts file for descriptor fitting: when the file holds a blank line (only whitespace), prompts
-/// are the blank-line separated blocks (inner newlines kept); otherwise one prompt per non-empty
-/// line. Leading/trailing whitespace of each prompt is trimmed. Error(Io) for an unreadable file.
+/// The line that separates prompts that may hold blank lines (the testbed corpus's document
+/// separator).
+inline constexpr std::string_view kPromptSeparator = "<|endoftext|>";
+
+/// Prompts file for descriptor fitting, in the first format that applies: (1) a line holding only
+/// `<|endoftext|>` anywhere → the text between such lines, one prompt each (inner blank lines
+/// kept); (2) a blank line between two non-blank ones → the blank-line separated blocks (inner
+/// newlines kept); (3) one prompt per non-empty line. Leading/trailing whitespace of each prompt is
+/// trimmed. Error(Io) for an unreadable file.
 std::vector<std::string> read_prompts(const std::string& path);
 
 /// `skill add` options.

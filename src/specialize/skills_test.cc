@@ -280,6 +280,10 @@ TEST(Skills, ParsersAndPrompts) {
   EXPECT_EQ(read_prompts((d / "blocks.txt").string()),
             (std::vector<std::string>{"first line\nsecond line", "next block"}));
   EXPECT_EQ(read_prompts((d / "single.txt").string()), (std::vector<std::string>{"a", "b"}));
+  std::ofstream(d / "docs.txt")
+      << "def f():\n\n    return 1\n<|endoftext|>\nsecond\n\nthird para\n<|endoftext|>\n";
+  EXPECT_EQ(read_prompts((d / "docs.txt").string()),
+            (std::vector<std::string>{"def f():\n\n    return 1", "second\n\nthird para"}));
   EXPECT_THROW(read_prompts((d / "none.txt").string()), Error);
   fs::remove_all(d);
 }
