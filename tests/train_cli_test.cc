@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "convert/safetensors.h"
 #include "shell.h"
 
 namespace {
@@ -79,6 +81,44 @@ TEST_F(TrainCli, TrainsConvertsAndRuns) {
   std::string first;
   std::getline(lf2, first);
   EXPECT_LT(nlohmann::json::parse(first)["loss"].get<double>(), 0.6 * rows.front()["loss"].get<double>());
+}
+
+// --init from an HF folder with --trainable: the frozen tensors of the output folder are byte for
+// byte the init's, the trainable ones changed, and every tensor is still written.
+TEST_F(TrainCli, TrainableSubsetOfAnHfFolder) {
+  const fs::path base = dir_ / "base", tuned = dir_ / "tuned", text = dir_ / "text.txt";
+  int rc = -1;
+  std::string o = cli("train -o " + base.string() + " --tokenizer " + tok() + " --data " + text.string() +
+                          tiny() + "--steps 2",
+                      &rc);
+  ASSERT_EQ(rc, 0) << o;
+  o = cli("train -o " + tuned.string() + " --init " + base.string() + " --tokenizer " + tok() + " --data " +
+              text.string() +
+              " --batch 2 --seq-len 16 --steps 3 --lr 1e-2 --warmup 1 "
+              "--trainable 'model.layers.1.mlp.*,model.layers.1.post_attention_layernorm.weight'",
+          &rc);
+  ASSERT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("backward from layer 1"), std::string::npos) << o;
+  const cortiq::convert::SafetensorsFile a((base / "model.safetensors").string()),
+      b((tuned / "model.safetensors").string());
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  size_t changed = 0;
+  for (const auto& ta : a.tensors()) {
+    const auto it = std::find_if(b.tensors().begin(), b.tensors().end(),
+                                 [&](const auto& tb) { return tb.name == ta.name; });
+    ASSERT_NE(it, b.tensors().end()) << ta.name;
+    const bool same = std::equal(ta.data.begin(), ta.data.end(), it->data.begin(), it->data.end());
+    const bool trainable = ta.name.rfind("model.layers.1.mlp.", 0) == 0 ||
+                           ta.name == "model.layers.1.post_attention_layernorm.weight";
+    EXPECT_EQ(same, !trainable) << ta.name;
+    changed += !same;
+  }
+  EXPECT_EQ(changed, 4u);
+  o = cli("train -o " + (dir_ / "x").string() + " --init " + base.string() + " --tokenizer " + tok() +
+              " --data " + text.string() + " --batch 2 --seq-len 16 --steps 1 --trainable 'model.layer.1.*'",
+          &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(o.find("'model.layer.1.*' matches no parameter"), std::string::npos) << o;
 }
 
 TEST_F(TrainCli, BadInputIsNamed) {

@@ -1,9 +1,9 @@
-// `cortiq train -o DIR --tokenizer tokenizer.json --data FILE... [--val FILE...] [model shape]
-// [optimizer] [--resume DIR]`: trains a llama-architecture model from scratch on plain UTF-8 text
-// (train/trainer.h), with validation every N steps, checkpoints under DIR/checkpoint (Ctrl-C saves
-// one, --resume continues it bit-identically), a JSON-lines log, and the result as a Hugging Face
-// folder in DIR (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) that
-// `cortiq convert` takes.
+// `cortiq train -o DIR --tokenizer tokenizer.json --data FILE... [--val FILE...] [model shape |
+// --init MODEL.cmf|HF_DIR [--trainable GLOBS]] [optimizer] [--resume DIR]`: trains a
+// llama-architecture model from scratch (or fine-tunes one, a chosen subset of its tensors) on plain UTF-8
+// text (train/trainer.h), with validation every N steps, checkpoints under DIR/checkpoint (Ctrl-C saves one,
+// --resume continues it bit-identically), a JSON-lines log, and the result as a Hugging Face folder in DIR
+// (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) that `cortiq convert` takes.
 #include <signal.h>
 
 #include <atomic>
@@ -23,6 +23,7 @@
 #include "model/cmf_source.h"
 #include "tokenizer/tokenizer.h"
 #include "train/hf_export.h"
+#include "train/hf_import.h"
 #include "train/trainer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -33,7 +34,7 @@ namespace cortiq::cli {
 namespace {
 
 struct TrainArgs {
-  std::string output, tokenizer, resume, log, config, init;
+  std::string output, tokenizer, resume, log, config, init, trainable;
   std::vector<std::string> data, val;
   train::LlamaConfig model;
   train::TrainOptions opt;
@@ -64,6 +65,18 @@ std::vector<uint32_t> tokenize_files(const Tokenizer& tok, const std::vector<std
   return all;
 }
 
+/// "a,b,,c" → {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_patterns(const std::string& list) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= list.size()) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    if (e > b) out.push_back(list.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
 void apply_config_file(const std::string& path, train::LlamaConfig& m) {
   const auto j = nlohmann::json::parse(read_input(path), nullptr, false);
   if (j.is_discarded() || !j.is_object())
@@ -92,17 +105,30 @@ void train_cmd(TrainArgs& a) {
   std::optional<train::Trainer> tr;
   if (!a.resume.empty()) {
     tr.emplace(train::Trainer::load(a.resume));
-  } else if (!a.init.empty()) {  // fine-tuning: the weights (decoded to f32) and arch of a .cmf
-    const cmf::Reader r = cmf::Reader::open(a.init);
-    if (r.header().arch.vocab_size != tok.vocab_size())
-      fail(ErrorKind::InvalidArgument, "train: --init '{}' has a vocabulary of {}, the tokenizer {}", a.init,
-           r.header().arch.vocab_size, tok.vocab_size());
-    tr.emplace(r.header().arch, train::Params::from_source(model::CmfTensorSource(r)), a.opt);
   } else {
-    if (!a.config.empty()) apply_config_file(a.config, a.model);
-    a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
-    const auto arch = train::llama_arch(a.model);
-    tr.emplace(arch, train::init_params(arch, a.init_seed), a.opt);
+    cmf::ModelArch arch;
+    train::Params params;
+    if (!a.init.empty()) {  // fine-tuning: the weights (decoded to f32) and arch of a .cmf or HF folder
+      if (std::filesystem::is_directory(a.init)) {
+        auto hf = train::read_hf_checkpoint(a.init);
+        arch = std::move(hf.arch);
+        params = std::move(hf.params);
+      } else {
+        const cmf::Reader r = cmf::Reader::open(a.init);
+        arch = r.header().arch;
+        params = train::Params::from_source(model::CmfTensorSource(r));
+      }
+      if (arch.vocab_size != tok.vocab_size())
+        fail(ErrorKind::InvalidArgument, "train: --init '{}' has a vocabulary of {}, the tokenizer {}",
+             a.init, arch.vocab_size, tok.vocab_size());
+    } else {
+      if (!a.config.empty()) apply_config_file(a.config, a.model);
+      a.model.vocab_size = static_cast<uint32_t>(tok.vocab_size());
+      arch = train::llama_arch(a.model);
+      params = train::init_params(arch, a.init_seed);
+    }
+    params.set_trainable(split_patterns(a.trainable));
+    tr.emplace(std::move(arch), std::move(params), a.opt);
   }
   const auto& o = tr->options();
   if (train_ids.size() < o.seq_len + 1)
@@ -124,6 +150,10 @@ void train_cmd(TrainArgs& a) {
       "train: %s, %.2f M parameters, %zu train / %zu validation tokens, %llu steps of %u × %u tokens\n",
       tr->arch().arch_name.c_str(), static_cast<double>(tr->params().count()) / 1e6, train_ids.size(),
       val_ids.size(), static_cast<unsigned long long>(o.steps), o.batch, o.seq_len);
+  if (tr->params().trainable_count() != tr->params().count())
+    std::printf("train: %.3f M parameters trainable (%zu tensors frozen), backward from layer %zu\n",
+                static_cast<double>(tr->params().trainable_count()) / 1e6, tr->params().frozen_names().size(),
+                tr->first_layer());
   std::fflush(stdout);
   Progress bar("training", o.steps - std::min(o.steps, tr->step_count()), "step");
   const auto t0 = std::chrono::steady_clock::now();
@@ -191,7 +221,11 @@ void setup(CLI::App& root) {
       ->required();
   c->add_option("--data", a->data, "training text file (repeat the flag)")->required();
   c->add_option("--val", a->val, "validation text file (repeat the flag)");
-  c->add_option("--init", a->init, "start from the weights and architecture of this .cmf (fine-tuning)");
+  c->add_option("--init", a->init,
+                "start from the weights and architecture of this .cmf or HF folder (fine-tuning)");
+  c->add_option("--trainable", a->trainable,
+                "comma-separated globs over HF tensor names (e.g. 'model.layers.4.mlp.*,model.norm.weight'); "
+                "every other parameter is frozen (default: all trainable)");
   c->add_option("--config", a->config,
                 "JSON with HF LlamaConfig fields (hidden_size, num_hidden_layers, ...)");
   c->add_option("--hidden-size", a->model.hidden_size)->capture_default_str();

@@ -1,6 +1,7 @@
 // Params (params.h).
 #include "train/params.h"
 
+#include "convert/plan.h"
 #include "kernels/kernels.h"
 #include "util/error.h"
 
@@ -30,6 +31,38 @@ Params Params::from_source(const model::TensorSource& src) {
 uint64_t Params::count() const noexcept {
   uint64_t n = 0;
   for (const auto& [name, t] : p_) n += t.value.size();
+  return n;
+}
+
+uint64_t Params::trainable_count() const noexcept {
+  uint64_t n = 0;
+  for (const auto& [name, t] : p_)
+    if (!t.frozen) n += t.value.size();
+  return n;
+}
+
+void Params::set_trainable(const std::vector<std::string>& patterns) {
+  const auto matched = [&](const std::string& name) {
+    for (const std::string& g : patterns)
+      if (convert::glob_match(g, name)) return true;
+    return false;
+  };
+  for (const std::string& g : patterns) {
+    bool any = false;
+    for (const auto& [name, t] : p_) any = any || convert::glob_match(g, name);
+    if (!any)
+      fail(ErrorKind::InvalidArgument,
+           "train: --trainable pattern '{}' matches no parameter (names look like "
+           "'model.layers.0.mlp.up_proj.weight')",
+           g);
+  }
+  for (auto& [name, t] : p_) t.frozen = !patterns.empty() && !matched(name);
+}
+
+std::vector<std::string> Params::frozen_names() const {
+  std::vector<std::string> n;
+  for (const auto& [name, t] : p_)
+    if (t.frozen) n.push_back(name);
   return n;
 }
 

@@ -33,6 +33,17 @@ class Params : public model::TensorSource {
   const std::map<std::string, Param>& all() const noexcept { return p_; }
   /// Total number of values.
   uint64_t count() const noexcept;
+  /// Number of values the optimizer changes (those of parameters not frozen).
+  uint64_t trainable_count() const noexcept;
+
+  /// Makes the parameters whose name matches one of `patterns` trainable and freezes all others
+  /// (`cortiq train --trainable`). Patterns are globs over the canonical (HF) names: `*` any
+  /// sequence including '.', `?` one character (convert::glob_match), e.g. `model.layers.4.mlp.*`.
+  /// An empty list makes every parameter trainable. Throws Error(InvalidArgument) naming the first
+  /// pattern that matches no parameter (nothing changed then).
+  void set_trainable(const std::vector<std::string>& patterns);
+  /// The names of the frozen parameters, sorted.
+  std::vector<std::string> frozen_names() const;
 
   std::optional<kernels::WeightView> find(std::string_view name) const override;
   std::vector<std::string> names() const override;

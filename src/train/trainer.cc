@@ -1,6 +1,7 @@
 // Trainer (trainer.h).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +105,15 @@ Trainer::Trainer(cmf::ModelArch arch, Params params, TrainOptions opt)
   if (o_.seq_len < 1 || o_.seq_len > arch_.max_position_embeddings)
     fail(ErrorKind::InvalidArgument, "train: seq_len {} exceeds the context of {}", o_.seq_len,
          arch_.max_position_embeddings);
+  if (params_.trainable_count() == 0) fail(ErrorKind::InvalidArgument, "train: every parameter is frozen");
+  const auto& all = params_.all();
+  const auto embed = all.find(cmf::tensor_name(TensorRole::Embed));
+  if (embed != all.end() && embed->second.frozen) {
+    first_layer_ = arch_.num_layers;
+    for (const auto& [name, t] : all)
+      if (const auto place = cmf::tensor_place(name); !t.frozen && place.layer && !place.mtp)
+        first_layer_ = std::min<size_t>(first_layer_, *place.layer);
+  }
 }
 
 double Trainer::step(std::span<const uint32_t> train) {
@@ -114,9 +124,17 @@ double Trainer::step(std::span<const uint32_t> train) {
   Grads g;
   double loss = 0.0;
   std::uniform_int_distribution<size_t> start(0, train.size() - win);
+  BackwardOptions bo;
+  bo.first_layer = first_layer_;
   for (uint32_t b = 0; b < o_.batch; ++b) {
     const auto w = train.subspan(start(rng_), win);
-    loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g);
+    loss += lm_loss_backward(*m, w.first(o_.seq_len), w.subspan(1), g, bo);
+  }
+  // Frozen tensors above first_layer (or a tied head's embedding) still got a gradient: drop it, so
+  // that the clipping norm is the trainable set's (torch clips the optimizer's parameters).
+  for (auto it = g.begin(); it != g.end();) {
+    const auto p = params_.all().find(it->first);
+    it = p != params_.all().end() && p->second.frozen ? g.erase(it) : std::next(it);
   }
   const float inv = 1.0f / static_cast<float>(o_.batch);
   for (auto& [name, v] : g)
@@ -158,7 +176,8 @@ void Trainer::save(const std::string& dir) const {
   rng << rng_;
   const nlohmann::json j = {
       {"format", "cortiq-train-checkpoint-1"}, {"step", opt_.steps()},  {"arch", cmf::arch_to_json(arch_)},
-      {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()}};
+      {"options", options_json(o_)},           {"threads", o_.threads}, {"sampler", rng.str()},
+      {"frozen", params_.frozen_names()}};
   const std::string s = j.dump(2) + "\n";
   AtomicFile f(dir + "/trainer.json", "trainer.json");
   f.write(s.data(), s.size());
@@ -194,6 +213,13 @@ Trainer Trainer::load(const std::string& dir) {
   Params p;
   convert::SafetensorsFile pf(dir + "/params.safetensors");
   for (const auto& t : pf.tensors()) p.add(t.name, t.shape, convert::to_f32(t));
+  for (const std::string& name : j.value("frozen", std::vector<std::string>{})) {
+    const auto it = p.all().find(name);
+    if (it == p.all().end())
+      fail(ErrorKind::Parse, "train: '{}/trainer.json' freezes '{}', which params.safetensors lacks", dir,
+           name);
+    it->second.frozen = true;
+  }
   Trainer tr(cmf::arch_from_json(j.at("arch")), std::move(p), o);
   convert::SafetensorsFile of(dir + "/optimizer.safetensors");
   for (const auto& t : of.tensors()) {

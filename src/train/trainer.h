@@ -48,7 +48,10 @@ struct TrainOptions {
 /// run saved and loaded continues exactly as an uninterrupted one (Trainer.ResumeIsBitIdentical).
 class Trainer {
  public:
-  /// Throws Error(InvalidArgument) for seq_len > the context or batch == 0.
+  /// Throws Error(InvalidArgument) for seq_len > the context, batch == 0, or every parameter
+  /// frozen. Frozen parameters (Param::frozen, e.g. from Params::set_trainable) get no gradient and
+  /// no update; when the embedding is frozen the backward stops at the lowest layer holding a
+  /// trainable tensor (BackwardOptions::first_layer).
   Trainer(cmf::ModelArch arch, Params params, TrainOptions opt);
 
   /// One optimizer step on `batch` windows of seq_len + 1 tokens drawn uniformly from `train`
@@ -63,7 +66,8 @@ class Trainer {
   double evaluate(std::span<const uint32_t> tokens, size_t max_windows = 0);
 
   /// Writes the state to `dir` (created): params.safetensors, optimizer.safetensors (m., v.) and
-  /// trainer.json (step, options, sampler state), each through a temporary renamed into place.
+  /// trainer.json (step, options, sampler state, frozen parameters), each through a temporary
+  /// renamed into place.
   void save(const std::string& dir) const;
   /// The state save() wrote. Throws Error(Io | Parse) naming the file.
   static Trainer load(const std::string& dir);
@@ -73,6 +77,9 @@ class Trainer {
   const cmf::ModelArch& arch() const noexcept { return arch_; }
   const TrainOptions& options() const noexcept { return o_; }
   double last_grad_norm() const noexcept { return grad_norm_; }
+  /// The layer the backward stops at: 0, or the lowest layer with a trainable tensor when the
+  /// embedding is frozen (the layer count when no layer tensor is trainable).
+  size_t first_layer() const noexcept { return first_layer_; }
 
  private:
   cmf::ModelArch arch_;
@@ -81,6 +88,7 @@ class Trainer {
   AdamW opt_;
   std::mt19937_64 rng_;
   double grad_norm_ = 0.0;
+  size_t first_layer_ = 0;
 };
 
 }  // namespace cortiq::train

@@ -79,6 +79,54 @@ TEST(Trainer, ResumeIsBitIdentical) {
   std::filesystem::remove_all(dir);
 }
 
+// --trainable: frozen tensors stay bit-identical, the trainable ones move, the backward stops at the
+// lowest trainable layer, the frozen set survives a checkpoint, and a pattern matching nothing is named.
+TEST(Trainer, TrainableSubsetFreezesTheRest) {
+  LlamaConfig c = tiny();
+  c.num_hidden_layers = 3;
+  const auto a = llama_arch(c);
+  const Params init = init_params(a, 4);
+  Params p = init;
+  p.set_trainable({"model.layers.2.mlp.*", "model.layers.1.post_attention_layernorm.weight"});
+  EXPECT_EQ(p.frozen_names().size(), p.all().size() - 4);
+  Trainer t(a, std::move(p), opts());
+  EXPECT_EQ(t.first_layer(), 1u);
+  const auto data = stream(600);
+  for (int s = 0; s < 3; ++s) t.step(data);
+  size_t moved = 0;
+  for (const auto& [name, q] : t.params().all()) {
+    if (q.frozen) {
+      EXPECT_EQ(q.value, init.all().at(name).value) << name;
+    } else {
+      EXPECT_NE(q.value, init.all().at(name).value) << name;
+      ++moved;
+    }
+  }
+  EXPECT_EQ(moved, 4u);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("cortiq_train_frozen_" + std::to_string(::getpid())))
+          .string();
+  t.save(dir);
+  const Trainer back = Trainer::load(dir);
+  EXPECT_EQ(back.params().frozen_names(), t.params().frozen_names());
+  EXPECT_EQ(back.first_layer(), 1u);
+  std::filesystem::remove_all(dir);
+
+  Params q = init;
+  try {
+    q.set_trainable({"model.layers.*.mlp.*", "model.layers.9.*"});
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.9.*' matches no parameter"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(q.frozen_names().empty()) << "nothing changed by a refused list";
+  q.set_trainable({"model.embed_tokens.weight"});  // the embedding trains: the backward goes all the way
+  EXPECT_EQ(Trainer(a, q, opts()).first_layer(), 0u);
+  q.set_trainable({"model.norm.weight"});  // no layer tensor: the backward stops above the layers
+  EXPECT_EQ(Trainer(a, q, opts()).first_layer(), 3u);
+}
+
 TEST(Trainer, BadConfigAndDataAreNamed) {
   LlamaConfig c = tiny();
   c.num_attention_heads = 5;
