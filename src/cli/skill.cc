@@ -102,7 +102,7 @@ void eval_cmd(EvalArgs& a) {
 }
 
 void setup(CLI::App& root) {
-  auto* s = root.add_subcommand("skill", "Skills on one backbone: add, list, rm, export, apply");
+  auto* s = root.add_subcommand("skill", "Skills on one backbone: add, list, rm, materialize, export, apply");
   s->require_subcommand(1);
 
   auto a = std::make_shared<AddArgs>();
@@ -156,6 +156,20 @@ void setup(CLI::App& root) {
     specialize::skill_rm(rm->file, rm->id, rm->output);
     std::printf("✓ removed skill '%s' → %s\n", rm->id.c_str(),
                 (rm->output.empty() ? rm->file : rm->output).c_str());
+  });
+
+  struct Mat {
+    std::string file, id, output;
+  };
+  auto mat = std::make_shared<Mat>();
+  auto* matc = s->add_subcommand("materialize", "Write the specialist one skill of a file stands for");
+  matc->add_option("file", mat->file, ".cmf with skills")->required();
+  matc->add_option("id", mat->id, "skill id")->required();
+  matc->add_option("-o,--output", mat->output, "output .cmf")->required();
+  matc->callback([mat] {
+    refuse_overwriting_input(mat->file, mat->output, "skill materialize");
+    specialize::skill_materialize(mat->file, mat->id, mat->output);
+    std::printf("✓ wrote %s\n", mat->output.c_str());
   });
 
   struct Export {

@@ -461,6 +461,31 @@ void skill_rm(const std::string& input, const std::string& id, const std::string
   w.finish(std::move(h));
 }
 
+void skill_materialize(const std::string& input, const std::string& id, const std::string& output) {
+  cmf::Reader r = cmf::Reader::open(input);
+  refuse_skill_file(r, input, "skill materialize");
+  std::map<std::string, const cmf::TensorInfo*> ov;
+  for (const auto& t : r.tensors())
+    if (auto p = cmf::parse_skill_name(t.name); p && p->first == id) ov[p->second] = &t;
+  if (ov.empty())
+    fail(ErrorKind::InvalidArgument, "skill materialize: {} has no overlays for skill '{}'", input, id);
+  cmf::Header h = r.header();
+  std::erase_if(h.skills, [&](const cmf::SkillRecord& s) { return s.id != id; });
+  h.routing.reset();
+  cmf::Writer w(output);
+  copy_sections(r, w);
+  for (const auto& t : r.tensors()) {
+    if (is_overlay(t.name)) continue;
+    auto it = ov.find(t.name);
+    const cmf::TensorInfo& src = it == ov.end() ? t : *it->second;
+    if (src.shape != t.shape)
+      fail(ErrorKind::Parse, "skill materialize: overlay '{}' has shape [{}], the backbone [{}]", src.name,
+           fmt::join(src.shape, ", "), fmt::join(t.shape, ", "));
+    w.add_tensor(t.name, src.dtype, src.shape, r.payload(src));
+  }
+  w.finish(std::move(h));
+}
+
 std::vector<std::string> skill_export(const std::string& specialist, const std::string& base_path,
                                       const std::string& id, const std::string& output) {
   check_skill_id(id);

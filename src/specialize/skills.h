@@ -105,6 +105,13 @@ std::vector<SkillInfo> skill_list(const std::string& path);
 /// header.routing is dropped. Throws Error(InvalidArgument) when the file has no such skill.
 void skill_rm(const std::string& input, const std::string& id, const std::string& output);
 
+/// `skill materialize <file> ID -o out`: the specialist skill `id` of `input` stands for — every
+/// backbone tensor, replaced by `skill.<id>.<name>` when the file has it (payload verbatim), no
+/// other overlay; header = input's with skills = [the record of `id`] and no routing; masks and
+/// vocab carried over. What `run --skill ID` computes, as a plain file (`skill export` cuts it
+/// back into a SKILL_FILE). Throws Error(InvalidArgument) when the file has no overlays for `id`.
+void skill_materialize(const std::string& input, const std::string& id, const std::string& output);
+
 /// `skill export <specialist> --base <base> -o out` (FORMAT-NOTES §1.14). The specialist and base
 /// must agree on arch_name, num_layers and hidden_size (Error(InvalidArgument) naming the field).
 /// Keeps every specialist tensor whose (name, hash64) is not in the base; header = specialist's

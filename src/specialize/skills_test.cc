@@ -133,6 +133,18 @@ TEST_F(Fixture, AddStoresOnlyChangedTensorsAndTheRecord) {
   EXPECT_EQ(two.skills().size(), 2u);
   EXPECT_EQ(two.tensor(cmf::skill_tensor_name("m2", changed)).dtype, quant::DType::Q8Row);
   EXPECT_FALSE(two.skills()[1].selection);
+  // materialize: the backbone with m2's overlays in place, then export/apply round trip.
+  skill_materialize(p("out.cmf"), "m2", p("mat.cmf"));
+  cmf::Reader mat = cmf::Reader::open(p("mat.cmf"));
+  EXPECT_EQ(mat.tensors().size(), b.tensors().size());
+  for (const auto& t : mat.tensors()) {
+    auto src = two.payload(two.tensor(t.name == changed ? cmf::skill_tensor_name("m2", changed) : t.name));
+    auto got = mat.payload(t);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), got.begin(), got.end())) << t.name;
+  }
+  ASSERT_EQ(mat.skills().size(), 1u);
+  EXPECT_EQ(mat.skills()[0].id, "m2");
+  EXPECT_THROW(skill_materialize(p("out.cmf"), "nope", p("mat2.cmf")), Error);
   skill_rm(p("out.cmf"), "math", p("rm.cmf"));
   cmf::Reader rm = cmf::Reader::open(p("rm.cmf"));
   ASSERT_EQ(rm.skills().size(), 1u);
