@@ -8,6 +8,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "cmf/append.h"
 #include "cmf/hash.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -500,6 +501,18 @@ std::vector<std::string> Reader::verify(const ProgressFn& progress) const {
       if (sp->present()) cov.emplace_back(sp->off, sp->end());
     for (const auto& r : f.dir)
       if (r.nbytes) cov.emplace_back(e.data.off + r.off, e.data.off + r.off + r.nbytes);
+    // dead bytes of in-place growth (append.h): listed in the (hashed) header, not checked
+    try {
+      for (const auto& [off, len] : dead_ranges(f.header)) {
+        if (off > f.bytes.size() || len > f.bytes.size() - off)
+          add(fmt::format("header.{}: range [{}, +{}) lies outside the {}-byte file", kDeadBytesKey, off, len,
+                          f.bytes.size()));
+        else
+          cov.emplace_back(off, off + len);
+      }
+    } catch (const Error& err) {
+      add(err.message());
+    }
     std::sort(cov.begin(), cov.end());
     uint64_t pos = 0;
     auto check_zero = [&](uint64_t a, uint64_t b) {
@@ -514,7 +527,9 @@ std::vector<std::string> Reader::verify(const ProgressFn& progress) const {
       if (a > pos) check_zero(pos, a);
       pos = std::max(pos, b);
     }
-    if (pos < f.bytes.size()) check_zero(pos, f.bytes.size());
+    // bytes after the last section: zero, or the stale tail of an interrupted append (append.h)
+    if (pos < f.bytes.size() && !is_stale_append_tail(f.bytes, envelope_end(e)))
+      check_zero(pos, f.bytes.size());
     // tensor hashes
     for (const auto& r : f.dir) {
       const auto p = f.bytes.subspan(e.data.off + r.off, r.nbytes);

@@ -134,8 +134,9 @@ class Reader {
   /// Checks the whole integrity chain of every file (spec §8.1, FORMAT-NOTES §1.10): header/dir
   /// hashes when stored ≠ 0, section_hashes (malformed hex reported), every tensor hash; plus our
   /// strict checks: flags == 0, required_features consistent with the content, absent sections are
-  /// (0,0), unused bytes (gaps, padding) are zero. Returns one human-readable line per problem
-  /// (e.g. "tensor 'x': hash mismatch (stored …, actual …)"); empty = OK. `progress` receives
+  /// (0,0), unused bytes (gaps, padding) are zero — except the dead ranges an in-place append lists in
+  /// the header and the stale tail of an interrupted append (cmf/append.h). Returns one human-readable line
+  /// per problem (e.g. "tensor 'x': hash mismatch (stored …, actual …)"); empty = OK. `progress` receives
   /// hashed byte counts (total = verify_total_bytes()). Never throws for content problems.
   std::vector<std::string> verify(const ProgressFn& progress = {}) const;
   /// The cheap part of verify(), for every open that runs a model (run, ppl, bench, serve): in

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "cmf/append.h"
 #include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "util/atomic_file.h"
@@ -147,6 +148,7 @@ std::vector<std::string> Writer::finish(Header header) {
     Header h = header;
     h.section_hashes = SectionHashes{};
     h.section_hashes.extra = header.section_hashes.extra;
+    h.extra.erase(std::string(kDeadBytesKey));  // a written file is tight: no dead bytes (append.h)
     const bool first = k == 0;
     if (n > 1) {
       h.shard = ShardInfo{k + 1, n};

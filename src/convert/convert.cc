@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "cmf/append.h"
 #include "cmf/hash.h"
 #include "cmf/reader.h"
 #include "cmf/tensor_names.h"
@@ -593,7 +594,12 @@ ConvertResult copy_tight(const std::string& input, const std::string& output, bo
   // 1 MiB default that leaves room for a header to grow.
   std::vector<cmf::DirRecord> dir;
   for (const auto& t : r.tensors()) dir.push_back({t.name, t.dtype, t.shape});
-  wo.reserve_bytes = cmf::kEnvelopeSize + r.header_bytes().size() + 1024 + cmf::encode_directory(dir).size();
+  // The header is measured without the dead-byte list of in-place growth (cmf/append.h), which the
+  // writer drops: compacting a grown file gives the bytes compacting the same content written fresh does.
+  cmf::Header header = r.header();
+  header.extra.erase(std::string(cmf::kDeadBytesKey));
+  wo.reserve_bytes =
+      cmf::kEnvelopeSize + cmf::serialize_header(header).size() + 1024 + cmf::encode_directory(dir).size();
   std::vector<uint8_t> new_masks;
   if (masks) {
     new_masks = cmf::encode_masks(*masks, r.header().arch);  // before the output exists
@@ -606,7 +612,7 @@ ConvertResult copy_tight(const std::string& input, const std::string& output, bo
     w.set_masks_raw({r.masks_bytes().begin(), r.masks_bytes().end()});
   if (!r.vocab().empty()) w.set_vocab({r.vocab().begin(), r.vocab().end()});
   run_pipeline(jobs, w, 1, true, progress, masks ? "copying" : "compacting");
-  res.outputs = w.finish(r.header());
+  res.outputs = w.finish(header);
   for (const auto& j : jobs) res.input_bytes += j.source_bytes;
   res.tensors = jobs.size();
   return res;
