@@ -35,7 +35,7 @@ void add_cmd(AddArgs& a) {
     std::printf("descriptor: %zu prompts, metric %s, phi_layer %u, rank %u, err_mean %.4g, err_std %.4g\n",
                 r.prompts, r.selection->metric.c_str(), r.selection->phi_layer, r.selection->rank.value_or(0),
                 r.selection->err_mean.value_or(0), r.selection->err_std.value_or(0));
-  std::printf("✓ wrote %s\n", r.output.c_str());
+  std::printf("✓ %s %s\n", r.appended ? "appended to" : "wrote", r.output.c_str());
 }
 
 void list_cmd(const std::string& path, bool json) {
@@ -133,7 +133,7 @@ void setup(CLI::App& root) {
                   "store overlays at this codec (default: each base tensor's)");
   add->add_flag("--replace", a->o.replace, "replace an existing skill of the same id");
   add->add_option("--threads", a->o.threads, "kernel threads for φ (0 = all cores)");
-  add->add_option("-o,--output", a->output, "output .cmf (default: rewrite the base in place)");
+  add->add_option("-o,--output", a->output, "output .cmf (default: append to the base in place)");
   add->callback([a] { add_cmd(*a); });
 
   auto lp = std::make_shared<std::string>();
@@ -150,7 +150,7 @@ void setup(CLI::App& root) {
   auto* rmc = s->add_subcommand("rm", "Remove a skill (record and overlays)");
   rmc->add_option("file", rm->file, ".cmf")->required();
   rmc->add_option("id", rm->id, "skill id")->required();
-  rmc->add_option("-o,--output", rm->output, "output .cmf (default: rewrite in place)");
+  rmc->add_option("-o,--output", rm->output, "output .cmf (default: in place, by append)");
   rmc->callback([rm] {
     if (!rm->output.empty()) refuse_overwriting_input(rm->file, rm->output, "skill rm");
     specialize::skill_rm(rm->file, rm->id, rm->output);

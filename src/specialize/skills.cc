@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cmf/append.h"
 #include "cmf/reader.h"
 #include "cmf/tensor_names.h"
 #include "cmf/writer.h"
@@ -403,6 +404,18 @@ SkillAddResult skill_add(const SkillAddOptions& opt) {
     h.routing.reset();
     res.warnings.push_back("header.routing (calibration over the previous skills) dropped: recalibrate");
   }
+  if (opt.output.empty()) {  // true append: old bytes stay, the envelope is patched last
+    std::vector<cmf::TensorData> add;
+    std::vector<std::string> drop;
+    for (const cmf::TensorInfo& t : base.tensors())
+      if (auto p = cmf::parse_skill_name(t.name); p && p->first == opt.id) drop.push_back(t.name);
+    for (Out& o : outs)
+      add.push_back(
+          {cmf::skill_tensor_name(opt.id, o.name), o.dtype, std::move(o.shape), std::move(o.payload)});
+    cmf::append_in_place(opt.base, h, add, drop);
+    res.appended = true;
+    return res;
+  }
   cmf::WriterOptions wo;
   wo.expected_tensors = base.tensors().size() + outs.size();
   cmf::Writer w(res.output, wo);
@@ -452,7 +465,14 @@ void skill_rm(const std::string& input, const std::string& id, const std::string
   if (h.skills.size() == before && !had_tensors)
     fail(ErrorKind::InvalidArgument, "skill rm: {} has no skill '{}'", input, id);
   h.routing.reset();
-  cmf::Writer w(output.empty() ? input : output);
+  if (output.empty()) {  // true append: the overlays' bytes become dead (`cortiq compact` reclaims them)
+    std::vector<std::string> drop;
+    for (const auto& t : r.tensors())
+      if (auto p = cmf::parse_skill_name(t.name); p && p->first == id) drop.push_back(t.name);
+    cmf::append_in_place(input, h, {}, drop);
+    return;
+  }
+  cmf::Writer w(output);
   copy_sections(r, w);
   for (const auto& t : r.tensors()) {
     if (auto p = cmf::parse_skill_name(t.name); p && p->first == id) continue;

@@ -3,10 +3,12 @@
 // `skill.<id>.<backbone name>` (full logical shape, any dtype), plus a `header.skills[]` record with
 // an optional routing descriptor (specialize/routing.h).
 //
-// Writes: every command writes through cmf::Writer (temp + fsync + rename), so nothing is left
-// under the output name on error; backbone payloads are copied verbatim (same bytes, same hashes).
-// `skill add` / `skill rm` without an output rewrite the input in place the same way (FORMAT-NOTES
-// §1.16: the reference rewrites too; true in-place append is cmf::append_*, branch h-append).
+// Writes: with an output path every command writes through cmf::Writer (temp + fsync + rename), so
+// nothing is left under the output name on error; backbone payloads are copied verbatim (same
+// bytes, same hashes). `skill add` / `skill rm` without an output grow the input in place by true
+// append (cmf::append_in_place: old bytes never move, the envelope is patched last; a kill at any
+// point leaves the old or the new file) — where the reference rewrites the whole file
+// (FORMAT-NOTES §1.16). Removed or replaced overlays become dead bytes until `cortiq compact`.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,7 @@ struct SkillAddOptions {
   std::string from;    ///< donor: an HF folder (converted to f32 first) or a .cmf
   std::string id;      ///< [A-Za-z0-9_-]
   std::string name;    ///< record name ("" = none)
-  std::string output;  ///< "" = rewrite `base` in place
+  std::string output;  ///< "" = grow `base` in place by true append
   TensorSet tensors = TensorSet::All;
   std::vector<uint32_t> layers;       ///< empty = every layer (and, for All, the non-layer tensors)
   double min_delta = 0.0;             ///< overlay iff max |donor − base| > min_delta (after decoding both)
@@ -75,6 +77,7 @@ struct SkillAddResult {
   size_t prompts = 0;                 ///< prompts fitted (0 = no descriptor)
   std::optional<cmf::SelectionDescriptor> selection;
   std::vector<std::string> warnings;
+  bool appended = false;  ///< grown in place by true append (no output path given)
 };
 
 /// Adds (or with `replace`, replaces) skill `id` in `base`. The donor must have the base's
@@ -101,7 +104,8 @@ struct SkillInfo {
 /// an empty record.layers and a record.id of the overlay's id). Throws what Reader::open throws.
 std::vector<SkillInfo> skill_list(const std::string& path);
 
-/// Removes skill `id` (record and overlays) from `input`, writing `output` ("" = in place).
+/// Removes skill `id` (record and overlays) from `input`, writing `output` ("" = in place, by true
+/// append: the overlays' bytes become dead until `cortiq compact`).
 /// header.routing is dropped. Throws Error(InvalidArgument) when the file has no such skill.
 void skill_rm(const std::string& input, const std::string& id, const std::string& output);
 

@@ -129,7 +129,10 @@ TEST_F(Fixture, AddStoresOnlyChangedTensorsAndTheRecord) {
   o2.prompts.clear();
   o2.skill_quant = "q8";
   SkillAddResult r2 = skill_add(o2);  // in place
+  EXPECT_TRUE(r2.appended);
   cmf::Reader two = cmf::Reader::open(p("out.cmf"));
+  EXPECT_TRUE(two.verify().empty());
+  for (const auto& t : out.tensors()) EXPECT_EQ(two.tensor(t.name).off, t.off) << t.name;  // nothing moved
   EXPECT_EQ(two.skills().size(), 2u);
   EXPECT_EQ(two.tensor(cmf::skill_tensor_name("m2", changed)).dtype, quant::DType::Q8Row);
   EXPECT_FALSE(two.skills()[1].selection);
@@ -151,6 +154,16 @@ TEST_F(Fixture, AddStoresOnlyChangedTensorsAndTheRecord) {
   EXPECT_EQ(rm.skills()[0].id, "m2");
   EXPECT_EQ(rm.find(cmf::skill_tensor_name("math", changed)), nullptr);
   EXPECT_THROW(skill_rm(p("rm.cmf"), "math", p("rm2.cmf")), Error);
+  // In place (append): m2's overlay leaves the directory; the backbone stays where it was.
+  skill_rm(p("rm.cmf"), "m2", "");
+  cmf::Reader rm_in = cmf::Reader::open(p("rm.cmf"));
+  EXPECT_TRUE(rm_in.verify().empty());
+  EXPECT_TRUE(rm_in.skills().empty());
+  EXPECT_EQ(rm_in.tensors().size(), b.tensors().size());
+  for (const auto& t : rm.tensors()) {
+    if (cmf::parse_skill_name(t.name)) continue;
+    EXPECT_EQ(rm_in.tensor(t.name).off, t.off) << t.name;
+  }
   EXPECT_FALSE(fs::exists(p("rm2.cmf")));
 }
 
