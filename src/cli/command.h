@@ -45,13 +45,15 @@ enum LoadFlag : unsigned {
   kLoadKvF16 = 1u << 3,         ///< `--kv-f16` → LoadOptions::kv_f16: f16 KV cache instead of f32
   kLoadCheckTensors = 1u << 4,  ///< `--check-tensors` → LoadOptions::check_tensors: verify every
                                 ///< tensor's hash (as `cortiq verify`) before running
-  kLoadAll = kLoadThreads | kLoadExact | kLoadNoMmap | kLoadKvF16 | kLoadCheckTensors,
+  kLoadSkill = 1u << 5,         ///< `--skill ID|auto|none` and `--blend id:w,…|auto` → LoadOptions::skill
+                                ///< / blend (runtime/skills.h; routing: specialize/skill_choice.h)
+  kLoadAll = kLoadThreads | kLoadExact | kLoadNoMmap | kLoadKvF16 | kLoadCheckTensors | kLoadSkill,
 };
 
 /// Adds the flags selected by `which` (LoadFlag bits) to `cmd`, bound to the fields of `opts`, in
-/// the order --threads, --exact, --no-mmap, --kv-f16, --check-tensors. Each flag's name and help text live
-/// only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is not given
-/// leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
+/// the order --threads, --exact, --no-mmap, --kv-f16, --check-tensors, --skill, --blend. Each flag's name and
+/// help text live only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is
+/// not given leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
 /// threads = 0, as does serve). `opts` must outlive the parse (keep it in the
 /// command's shared state). `-t/--task` and `--ctx` are not here: their meaning and help text differ
 /// per command (ppl's --ctx is the chunk length; bench's -t is a thread-count list).

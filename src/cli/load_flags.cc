@@ -17,6 +17,15 @@ void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which) {
     cmd->add_flag("--check-tensors", opts.check_tensors,
                   "verify every tensor's hash before running (as `cortiq verify`; reads the whole file). The "
                   "header, directory, masks, vocab and index hashes are checked on every open");
+  if (which & kLoadSkill) {
+    cmd->add_option("--skill", opts.skill,
+                    "skill of the file to run on its backbone: an id, 'auto' (route on the prompt) or 'none' "
+                    "(the backbone). Unlike the reference, routing falls back to the backbone when no skill "
+                    "fits the prompt (novelty)");
+    cmd->add_option("--blend", opts.blend,
+                    "blend of skills 'id:w,id:w' (weights normalized; the touched tensors are materialized "
+                    "in f32), or 'auto': the 2 skills of lowest routing energy, softmax(-E/0.4)");
+  }
 }
 
 }  // namespace cortiq::cli

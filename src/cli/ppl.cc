@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "runtime/perplexity.h"
 #include "runtime/session.h"
+#include "specialize/skill_choice.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -49,6 +50,8 @@ void ppl_cmd(const PplArgs& a) {
   lo.ctx = a.mode == "prefix" ? 0 : a.ctx;  // prefix: the model's context, --tokens checked below
   runtime::LoadedModel lm = runtime::load_model(a.model, lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
+  if (const std::string routed = specialize::bind_routed(lm, lo, ids, false); !routed.empty())
+    std::fprintf(stderr, "%s\n", routed.c_str());  // --skill/--blend auto: on the text's first 128 tokens
   const std::optional<uint32_t> bos = lm.add_bos ? lm.bos_id : std::nullopt;
   const size_t n_bos = bos && !ids.empty() && ids.front() == *bos ? 1 : 0;
   const size_t n_text = ids.size() - n_bos;  // the file's own tokens

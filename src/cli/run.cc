@@ -22,6 +22,7 @@
 #include "cli/command.h"
 #include "runtime/session.h"
 #include "tokenizer/output_protocol.h"
+#include "specialize/skill_choice.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -181,6 +182,15 @@ void run_cmd(const RunArgs& a) {
   const bool one_shot = a.prompt_opt->count() || a.file_opt->count();
   const std::string prompt = a.file_opt->count() ? read_prompt_file(a.prompt_file) : a.prompt;
   runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
+  // Skills: a one-shot prompt on a file with routable skills routes when no flag chose (CLI-NOTES run).
+  const std::string routed = specialize::bind_routed(
+      lm, a.load, one_shot && lm.tokenizer ? lm.encode_raw(prompt) : std::vector<uint32_t>{}, true);
+  if (!routed.empty())
+    std::fprintf(stderr, "%s\n", routed.c_str());
+  else if (!lm.blend.empty())
+    std::fprintf(stderr, "blend: %s\n", runtime::describe_blend(lm.blend).c_str());
+  else if (!lm.skill.empty())
+    std::fprintf(stderr, "skill: %s\n", lm.skill.c_str());
   std::fprintf(stderr, "Ready: %s | Task: %s | Sparsity: %.0f%%\n", lm.model->arch().arch_name.c_str(),
                lm.active_task.c_str(), lm.sparsity * 100.0);
   runtime::GenerateParams gp;

@@ -19,6 +19,7 @@ namespace cortiq::model {
 
 struct Variant;
 struct GatheredFfn;
+struct LayerWeights;
 
 /// One layer's values of the last forward pass, kept when Activations::keep is set. Shapes per row
 /// of the call: [R, ·] with the widths given.
@@ -60,6 +61,8 @@ struct Activations {
   std::vector<float> logits;                        ///< [rows, vocab] when several steps want logits
   std::vector<size_t> dead_rows;                    ///< rows whose variant skips the current layer
   std::vector<float> dead_h;                        ///< [dead rows, hidden]: their residual, kept
+  std::vector<const LayerWeights*> row_layer;       ///< [R] the current layer's weights of each row
+  std::vector<size_t> group_rows;                   ///< rows of one weights group (SeqStep::weights)
 
   /// Keep every layer's intermediates of the next passes in `kept` ([layers]; a layer no row runs
   /// keeps nothing). Off: no copy, no cost.

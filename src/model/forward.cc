@@ -43,6 +43,15 @@ void Model::begin(std::span<const SeqStep> steps, Activations& act) {
     if (!st.logits.empty() && st.logits.size() < need)
       fail(ErrorKind::InvalidArgument, "logits buffer has {} floats, {} needed (step {})", st.logits.size(),
            need, s);
+    if (const Weights* sw = st.weights;
+        sw && sw != &w &&
+        (sw->arch.hidden_size != w.arch.hidden_size || sw->layers.size() != w.layers.size() ||
+         sw->lm_head.rows() != V || sw->embed.rows() != w.embed.rows()))
+      fail(ErrorKind::InvalidArgument,
+           "forward_batch: step {} has weights of another shape (hidden {}, {} layers, vocab {}) than the "
+           "model's (hidden {}, {} layers, vocab {})",
+           s, sw->arch.hidden_size, sw->layers.size(), sw->lm_head.rows(), w.arch.hidden_size,
+           w.layers.size(), V);
     for (uint32_t id : st.tokens)
       if (id >= w.embed.rows())
         fail(ErrorKind::InvalidArgument, "token id {} >= embedding rows {} (step {})", id, w.embed.rows(), s);
@@ -56,19 +65,63 @@ void Model::begin(std::span<const SeqStep> steps, Activations& act) {
   act.row_var.resize(R);
   for (size_t s = 0, r = 0; s < S; ++s) {
     const size_t start = steps[s].kv->size();
+    const Weights& sw = steps[s].weights ? *steps[s].weights : w;
     for (size_t t = 0; t < steps[s].tokens.size(); ++t, ++r) {
       row_seq[r] = s;
       row_pos[r] = start + t;
       act.row_var[r] = steps[s].variant;
-      if (w.embed_rows)
-        w.embed_rows->decode(steps[s].tokens[t], 1, std::span<float>(h + r * Hd, Hd));
+      if (sw.embed_rows)
+        sw.embed_rows->decode(steps[s].tokens[t], 1, std::span<float>(h + r * Hd, Hd));
       else
-        kernels::decode_rows(w.embed, steps[s].tokens[t], 1, h + r * Hd);
-      if (w.embed_mult != 1.0f) kernels::scale_inplace(h + r * Hd, Hd, w.embed_mult);
+        kernels::decode_rows(sw.embed, steps[s].tokens[t], 1, h + r * Hd);
+      if (sw.embed_mult != 1.0f) kernels::scale_inplace(h + r * Hd, Hd, sw.embed_mult);
     }
   }
   if (act.keep) act.kept.assign(w.layers.size(), KeptLayer{});
 }
+
+namespace {
+/// A layer the steps bind differently (SeqStep::weights): its rows, grouped by the LayerWeights they
+/// run (act.row_layer), each group gathered into `g`, run through the layer alone and scattered
+/// back into act.h — bit-identical per row to running the group alone (kernels::matmul contract).
+void run_layer_groups(const BlockEnv& env, size_t R, Activations& act, Activations& g) {
+  const size_t Hd = env.arch.hidden_size;
+  std::vector<size_t>& rows = act.group_rows;
+  for (size_t r0 = 0; r0 < R; ++r0) {
+    const LayerWeights* P = act.row_layer[r0];
+    bool seen = false;
+    for (size_t r = 0; r < r0 && !seen; ++r) seen = act.row_layer[r] == P;
+    if (seen) continue;
+    rows.clear();
+    for (size_t r = r0; r < R; ++r)
+      if (act.row_layer[r] == P) rows.push_back(r);
+    const size_t G = rows.size();
+    g.row_pos.resize(G);
+    g.row_kv.resize(G);
+    g.row_heads.resize(G);
+    g.row_neurons.resize(G);
+    g.row_gathered.resize(G);
+    g.row_scale.resize(G);
+    g.row_experts.resize(G);
+    for (size_t i = 0; i < G; ++i) {
+      const size_t r = rows[i];
+      g.row_pos[i] = act.row_pos[r];
+      g.row_kv[i] = act.row_kv[r];
+      g.row_heads[i] = act.row_heads[r];
+      g.row_neurons[i] = act.row_neurons[r];
+      g.row_gathered[i] = act.row_gathered[r];
+      g.row_scale[i] = act.row_scale[r];
+      g.row_experts[i] = act.row_experts[r];
+    }
+    kernels::gather_rows_f32(act.h.data(), rows, Hd, grow(g.h, G * Hd));
+    grow(g.n, G * Hd);
+    grow(g.tmp, G * Hd);
+    attention_block(env, *P, G, g, nullptr);
+    ffn_block(env, *P, G, g, nullptr);
+    kernels::scatter_rows_f32(g.h.data(), rows, Hd, act.h.data());
+  }
+}
+}  // namespace
 
 void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps, Activations& act,
                        const Taps* taps) {
@@ -84,8 +137,17 @@ void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps,
   act.row_gathered.resize(R);
   act.row_scale.resize(R);
   act.row_experts.resize(R);
+  act.row_layer.resize(R);
   for (size_t li = begin; li < end; ++li) {
-    const LayerWeights& L = *w.layers[li];
+    // Each row's weights for this layer: the step's own (a skill) or the model's. Untouched layers
+    // of a skill are the model's object, so the common case is one group.
+    bool mixed = false;
+    for (size_t r = 0; r < R; ++r) {
+      const Weights* sw = steps[act.row_seq[r]].weights;
+      act.row_layer[r] = sw ? sw->layers[li].get() : w.layers[li].get();
+      mixed = mixed || act.row_layer[r] != act.row_layer[0];
+    }
+    const LayerWeights& L = R ? *act.row_layer[0] : *w.layers[li];
     float* h = act.h.data();
     // A layer a row's variant skips passes its residual through (§3.11): the layer runs for the
     // batch, and those rows get their residual back afterwards (rows never mix, so the others are
@@ -110,9 +172,13 @@ void Model::run_layers(size_t begin, size_t end, std::span<const SeqStep> steps,
       act.dead_h.resize(act.dead_rows.size() * Hd);
       kernels::gather_rows_f32(h, act.dead_rows, Hd, act.dead_h.data());
     }
-    KeptLayer* kept = act.keep && li < act.kept.size() ? &act.kept[li] : nullptr;
-    attention_block(env, L, R, act, kept);
-    ffn_block(env, L, R, act, kept);
+    if (mixed) {
+      run_layer_groups(env, R, act, impl_->group);
+    } else {
+      KeptLayer* kept = act.keep && li < act.kept.size() ? &act.kept[li] : nullptr;
+      attention_block(env, L, R, act, kept);
+      ffn_block(env, L, R, act, kept);
+    }
     kernels::scatter_rows_f32(act.dead_h.data(), act.dead_rows, Hd, h);
     if (taps && taps->layer_output) taps->layer_output(li, std::span<const float>(h, R * Hd), R);
   }
@@ -128,16 +194,24 @@ void Model::finish(std::span<const SeqStep> steps, Activations& act, const Taps*
   for (const SeqStep& st : steps) st.kv->set_size(st.kv->size() + st.tokens.size());
 
   // lm_head: one matmul over the wanted rows of every step (its last row, or all its rows).
+  // Steps with their own weights (SeqStep::weights) take their final norm and lm_head from them;
+  // steps whose heads differ get one matmul each.
+  auto own = [&](size_t s) -> const Weights& { return steps[s].weights ? *steps[s].weights : w; };
   size_t cnt = 0, wanting = 0, only = 0;
+  const kernels::WeightView* head = nullptr;
+  bool one_head = true;
   for (size_t s = 0, r0 = 0; s < S; ++s) {
     const size_t T = steps[s].tokens.size();
     if (!steps[s].logits.empty()) {
+      const Weights& sw = own(s);
       const size_t first = steps[s].all_logits ? 0 : T - 1;
       for (size_t t = first; t < T; ++t, ++cnt)
-        kernels::rmsnorm(h + (r0 + t) * Hd, w.final_norm.data(), Hd, a.rms_norm_eps, w.norm_style,
+        kernels::rmsnorm(h + (r0 + t) * Hd, sw.final_norm.data(), Hd, a.rms_norm_eps, w.norm_style,
                          n + cnt * Hd);
       ++wanting;
       only = s;
+      if (!head) head = &sw.lm_head;
+      one_head = one_head && sw.lm_head.payload.data() == head->payload.data();
     }
     r0 += T;
   }
@@ -149,13 +223,26 @@ void Model::finish(std::span<const SeqStep> steps, Activations& act, const Taps*
          "the final hidden state of output row {} is {} (component {}): a weight of this file is "
          "corrupt or out of range; `cortiq verify` checks every tensor's hash",
          bad / Hd, n[bad], bad % Hd);
+  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
+  auto post = [&](float* lg, size_t rows) {
+    if (lm != 1.0f) kernels::scale_inplace(lg, rows * V, lm);
+    if (a.final_logit_softcapping)
+      kernels::softcap(lg, rows * V, static_cast<float>(*a.final_logit_softcapping));
+  };
+  if (!one_head) {  // one matmul per step, straight into its logits
+    for (size_t s = 0, i = 0; s < S; ++s) {
+      if (steps[s].logits.empty()) continue;
+      const size_t rows = steps[s].all_logits ? steps[s].tokens.size() : 1;
+      impl_->ops.matmul(own(s).lm_head, n + i * Hd, rows, steps[s].logits.data(), impl_->pool);
+      post(steps[s].logits.data(), rows);
+      i += rows;
+    }
+    return;
+  }
   // One step wanting logits (forward(), or a batch with one finishing prefill): write in place.
   float* lg = wanting == 1 ? steps[only].logits.data() : grow(act.logits, cnt * V);
-  impl_->ops.matmul(w.lm_head, n, cnt, lg, impl_->pool);
-  const float lm = a.logit_multiplier ? static_cast<float>(*a.logit_multiplier) : 1.0f;
-  if (lm != 1.0f) kernels::scale_inplace(lg, cnt * V, lm);
-  if (a.final_logit_softcapping)
-    kernels::softcap(lg, cnt * V, static_cast<float>(*a.final_logit_softcapping));
+  impl_->ops.matmul(*head, n, cnt, lg, impl_->pool);
+  post(lg, cnt);
   if (wanting == 1) return;
   for (size_t s = 0, i = 0; s < S; ++s) {
     if (steps[s].logits.empty()) continue;

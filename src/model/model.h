@@ -57,6 +57,13 @@ struct SeqStep {
   std::span<float> logits;
   bool all_logits = false;           ///< logits of all T positions [T, vocab] instead of the last [vocab]
   const Variant* variant = nullptr;  ///< this sequence's compiled task mask (nullptr = dense)
+  /// This sequence's weights (nullptr = the model's): another Weights of the same arch, normally
+  /// Weights::with_overrides of the model's (a skill). A layer whose LayerWeights object is the same
+  /// for every row runs once for all of them (one matmul per weight, read once per step); a layer
+  /// the steps bind differently runs once per distinct LayerWeights over that group's rows. The
+  /// embedding, final norm and lm_head are taken from each step's weights. `variant` must be
+  /// compiled for these weights (gathered FFN rows are copies of them).
+  const Weights* weights = nullptr;
 };
 
 /// Callbacks between blocks of a forward pass (nullptr members cost nothing). `hidden` is the
@@ -122,7 +129,10 @@ class Model {
   /// KV cache is touched; throws Error(InvalidArgument) for an empty token list, a null or
   /// repeated KV cache, a cache overflow, a token id >= the embedding rows, or a logits span
   /// that is non-empty but shorter than vocab (T·vocab with all_logits); Error(NonFinite) as
-  /// forward() (after the caches have advanced).
+  /// forward() (after the caches have advanced). Steps with their own `weights` (SeqStep::weights)
+  /// get the same bit-identity: each row computes what a model over its weights computes alone;
+  /// Error(InvalidArgument) when a step's weights have another hidden size, layer count or
+  /// vocabulary. Activations::keep keeps nothing for a layer the steps bind differently.
   void forward_batch(std::span<const SeqStep> steps, const Taps* taps = nullptr, Activations* act = nullptr);
 
   /// The pieces of forward_batch, for a caller that runs part of the model (the hidden state after

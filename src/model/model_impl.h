@@ -16,7 +16,8 @@ struct Model::Impl {
   std::shared_ptr<const Weights> w;
   kernels::Ops ops;  // chosen once, at create
   kernels::ThreadPool pool;
-  Activations act;  // used when a call brings none
+  Activations act;    // used when a call brings none
+  Activations group;  // one group's rows of a layer the steps bind differently (SeqStep::weights)
 
   Impl(std::shared_ptr<const Weights> weights, const kernels::Ops& o, size_t threads)
       : w(std::move(weights)), ops(o), pool(threads) {}

@@ -12,18 +12,25 @@
 namespace cortiq::runtime {
 
 void SerialBackend::run(std::span<StepItem> items) {
-  for (auto& it : items)
+  for (auto& it : items) {
+    if (it.weights) {  // a skill's weights: forward_batch of one step, as forward() is
+      const model::SeqStep st{it.tokens, it.kv, it.logits, it.all_logits, it.variant, it.weights};
+      m_.forward_batch(std::span<const model::SeqStep>(&st, 1));
+      continue;
+    }
     m_.forward(it.tokens, *it.kv, it.logits,
                it.logits.empty() ? model::LogitsMode::None
                : it.all_logits   ? model::LogitsMode::All
                                  : model::LogitsMode::Last,
                it.variant);
+  }
 }
 
 void BatchedBackend::run(std::span<StepItem> items) {
   std::vector<model::SeqStep> steps;
   steps.reserve(items.size());
-  for (auto& it : items) steps.push_back({it.tokens, it.kv, it.logits, it.all_logits, it.variant});
+  for (auto& it : items)
+    steps.push_back({it.tokens, it.kv, it.logits, it.all_logits, it.variant, it.weights});
   m_.forward_batch(steps);
 }
 
@@ -58,7 +65,8 @@ struct Engine::Slot {
   // that prefix instead of prefilling it again (chat clients resend the whole conversation).
   std::vector<uint32_t> cached;
   const cmf::TaskMask* cached_mask = nullptr;
-  size_t reuse = 0;  // prompt tokens of the current job taken from the cache
+  std::shared_ptr<const SkillBinding> cached_skill;  // the skill the cached KV was computed under
+  size_t reuse = 0;                                  // prompt tokens of the current job taken from the cache
 };
 
 namespace {
@@ -375,7 +383,9 @@ void Engine::loop() {
         size_t best_len = 0;
         for (auto& s : slots_) {
           if (s->job) continue;
-          const size_t len = s->cached_mask == job.mask ? common_prefix(s->cached, job.prompt) : 0;
+          const size_t len = s->cached_mask == job.mask && s->cached_skill == job.skill
+                                 ? common_prefix(s->cached, job.prompt)
+                                 : 0;
           if (!best || len > best_len || (len == best_len && s->cached.size() < best->cached.size())) {
             best = s.get();
             best_len = len;
@@ -394,6 +404,7 @@ void Engine::loop() {
         x.kv.truncate(x.reuse);
         x.cached.resize(x.reuse);
         x.cached_mask = x.job->mask;
+        x.cached_skill = x.job->skill;
         prompt_tokens_ += x.job->prompt.size();
         reused_tokens_ += x.reuse;
         x.job->cached_tokens = x.reuse;
@@ -450,8 +461,13 @@ void Engine::loop() {
 }
 
 void Engine::start_slot(Slot& x) {
-  auto v = variants_.find(x.job->mask);
-  if (v == variants_.end()) v = variants_.emplace(x.job->mask, lm_.model->compile_variant(x.job->mask)).first;
+  const SkillBinding* sk = x.job->skill.get();
+  auto v = variants_.find({x.job->mask, sk});
+  if (v == variants_.end()) {
+    const model::Model& m = sk ? *sk->model : *lm_.model;  // gathered rows are copies of these weights
+    v = variants_.emplace(std::pair{x.job->mask, sk}, m.compile_variant(x.job->mask)).first;
+    if (sk) variant_skills_.push_back(x.job->skill);
+  }
   x.variant = v->second;
   x.sampler.emplace(x.job->sampler);
   // No text wanted (no on_text, no stop strings: bench, perplexity): no detokenization either.
@@ -467,8 +483,10 @@ void Engine::step(std::span<Slot* const> active) {
   items.reserve(active.size());
   for (Slot* s : active) {
     const std::span<const uint32_t> prompt(s->job->prompt);
+    const model::Weights* w = s->job->skill ? s->job->skill->weights.get() : nullptr;
     if (s->prefilled) {
-      items.push_back({&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->variant.get()});
+      items.push_back(
+          {&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->variant.get(), false, w});
     } else if (s->job->scores_prompt()) {
       const Job& job = *s->job;
       const size_t t =
@@ -477,9 +495,9 @@ void Engine::step(std::span<Slot* const> active) {
       const bool logits =
           !job.on_prompt_logits || s->scored + t > job.score_from || s->scored + t == prompt.size();
       s->chunk_logits.resize(logits ? t * s->logits.size() : 0);
-      items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->variant.get(), true});
+      items.push_back({&s->kv, prompt.subspan(s->scored, t), s->chunk_logits, s->variant.get(), true, w});
     } else {
-      items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->variant.get()});
+      items.push_back({&s->kv, prompt.subspan(s->reuse), s->logits, s->variant.get(), false, w});
     }
   }
   run_step(active, items);

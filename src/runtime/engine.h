@@ -45,7 +45,8 @@ struct StepItem {
   std::span<const uint32_t> tokens;
   std::span<float> logits;  ///< [vocab], or [T, vocab] with all_logits
   const model::Variant* variant;
-  bool all_logits = false;  ///< every position's logits (model::SeqStep::all_logits)
+  bool all_logits = false;                  ///< every position's logits (model::SeqStep::all_logits)
+  const model::Weights* weights = nullptr;  ///< this sequence's skill weights (model::SeqStep::weights)
 };
 
 /// Runs the forward passes of one scheduler step. Called from the engine thread only.
@@ -132,6 +133,11 @@ struct Job {
   /// context or a stop string; their text is decoded like any token's.
   bool ignore_eos = false;
   const cmf::TaskMask* mask = nullptr;  ///< task mask for this sequence
+  /// The skill this sequence runs (runtime/skills.h; nullptr = the engine's model as loaded). Its
+  /// weights go into the step as model::SeqStep::weights, so sequences of different skills decode
+  /// in one batch; its task mask is compiled for its weights. A slot's prompt cache is reused only
+  /// by a job of the same skill.
+  std::shared_ptr<const SkillBinding> skill;
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
 
@@ -225,8 +231,11 @@ class Engine {
   EngineOptions opt_;
   std::unique_ptr<StepBackend> backend_;
   const cmf::TaskMask* default_mask_ = nullptr;
-  /// Task masks compiled for the model, by mask (engine thread only): once per mask, not per job.
-  std::map<const cmf::TaskMask*, std::shared_ptr<const model::Variant>> variants_;
+  /// Task masks compiled for the model or a job's skill, by (mask, skill) (engine thread only): once
+  /// per pair, not per job. Skills stay alive while their variants are cached (variant_skills_).
+  std::map<std::pair<const cmf::TaskMask*, const SkillBinding*>, std::shared_ptr<const model::Variant>>
+      variants_;
+  std::vector<std::shared_ptr<const SkillBinding>> variant_skills_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -88,12 +88,12 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
          path);
   const auto& arch = r.header().arch;
   lm.source = std::make_unique<model::CmfTensorSource>(r);
-  lm.model = model::Model::bind(
-      arch, *lm.source,
-      model::ModelOptions{
-          .threads = opt.threads,
-          .kernels = kernels::KernelConfig{opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast,
-                                           kernels::simd_tier()}});
+  lm.model_options = model::ModelOptions{
+      .threads = opt.threads,
+      .kernels = kernels::KernelConfig{opt.exact ? kernels::MatmulMode::Exact : kernels::MatmulMode::Fast,
+                                       kernels::simd_tier()}};
+  lm.model = model::Model::bind(arch, *lm.source, lm.model_options);
+  lm.backbone = lm.model->weights();
 
   lm.tokenizer = load_tokenizer(r, path, &lm.missing_tokenizer);
   if (r.header().tokenizer_config) lm.bundle = *r.header().tokenizer_config;
@@ -151,6 +151,19 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
          "unknown task '{}': this file has no task masks (available: general, off){}", opt.task,
          threads_hint(opt.task));
   }
+
+  // Skills (ENGINE-NOTES §3.12): an explicit id or blend binds here; "", "auto" and "--blend auto"
+  // route on the prompt (specialize/skill_choice.h), "none" keeps the backbone.
+  const bool explicit_skill =
+      !opt.skill.empty() && opt.skill != "auto" && opt.skill != "none" && opt.skill != "backbone";
+  if (!opt.blend.empty() && !opt.skill.empty())
+    fail(ErrorKind::InvalidArgument, "--skill {} and --blend {}: choose one", opt.skill, opt.blend);
+  if ((opt.skill == "auto" || opt.blend == "auto") && r.skills().empty())
+    fail(ErrorKind::InvalidArgument, "--{} auto: '{}' has no skills (a flat backbone)",
+         opt.skill == "auto" ? "skill" : "blend", path);
+  const bool explicit_task = !opt.task.empty() && opt.task != "general";
+  if (explicit_skill) bind_skill(lm, opt.skill, explicit_task);
+  if (!opt.blend.empty() && opt.blend != "auto") bind_blend(lm, parse_blend(opt.blend), explicit_task);
   return lm;
 }
 

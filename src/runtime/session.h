@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
+#include "runtime/skills.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cortiq::runtime {
@@ -38,13 +39,30 @@ struct LoadOptions {
   /// (cmf::Reader::verify: every tensor's hash64, header/directory/section hashes) and refuse a
   /// damaged file with Error(HashMismatch) naming the tensor. Reads the whole file once.
   bool check_tensors = false;
+  /// `--skill`: "" = automatic (a file with routable skills routes on the prompt; see
+  /// specialize/skill_choice.h — load_model itself binds the backbone), "auto" = route, "none" or
+  /// "backbone" = the backbone alone, else a skill id of the file (bound by load_model; unknown →
+  /// Error(InvalidArgument) listing the known ids). ENGINE-NOTES §3.12.
+  std::string skill;
+  /// `--blend`: "" = none, "auto" = top 2 by routing energy (specialize/skill_choice.h), else
+  /// `id:w,id:w` (runtime::parse_blend; bound by load_model). Exclusive with an explicit `skill`.
+  std::string blend;
 };
 
 /// A runnable model: the mapped file, its bound model, tokenizer and chat bundle.
 struct LoadedModel {
   std::unique_ptr<cmf::Reader> reader;
   std::unique_ptr<model::CmfTensorSource> source;
+  /// The active skill's overlay (runtime/skills.h; null = the backbone): the source the model's
+  /// touched layers were bound from. Declared before `model`, so it outlives it.
+  std::unique_ptr<model::TensorSource> overlay;
   std::unique_ptr<model::Model> model;
+  /// The backbone's weights (what a skill is bound on; `model` runs them when no skill is active).
+  std::shared_ptr<const model::Weights> backbone;
+  model::ModelOptions model_options;  ///< what `model` was created with (a skill's model too)
+  /// The active skill: "" = the backbone, an id, or "blend" (then `blend` holds the normalized terms).
+  std::string skill;
+  std::vector<BlendTerm> blend;
   std::unique_ptr<Tokenizer> tokenizer;  ///< null when the file has no vocab section (ids only)
   cmf::TokenizerBundle bundle;           ///< eos ids, bos, chat template
   std::string active_task = "general";   ///< name shown in the Ready line
@@ -79,9 +97,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const cmf::Reader& r, const std::strin
 const cmf::TaskMask* find_task(const cmf::Reader& r, std::string_view name, std::string* available = nullptr);
 
 /// Opens, validates and binds. Refuses a SKILL_FILE (Error(Unsupported) naming `cortiq skill
-/// apply`); an unknown `task` → Error(InvalidArgument) listing the available tasks, as is a `ctx`
-/// above the model's max_position_embeddings; a file
-/// without a vocab section but with a sidecar tokenizer.json next to it uses the sidecar.
+/// apply`); binds opt.skill / opt.blend when they name skills (runtime/skills.h: unknown ids,
+/// negative or zero-sum blends → Error(InvalidArgument)), the backbone for "", "auto", "none"; an unknown
+/// `task` → Error(InvalidArgument) listing the available tasks, as is a `ctx` above the model's
+/// max_position_embeddings; a file without a vocab section but with a sidecar tokenizer.json next to it uses
+/// the sidecar.
 LoadedModel load_model(const std::string& path, const LoadOptions& opt);
 
 /// Why generation ended: "stop" (EOS id or stop string), "max_tokens", "length" (context full),

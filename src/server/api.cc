@@ -162,14 +162,19 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
     wrong_type("stream_options", "an object", *it);
 }
 
-std::optional<std::string> parse_task(const ojson& b) {
+/// `cortiq.<key>` as a string, or nullopt when absent / null.
+std::optional<std::string> parse_cortiq(const ojson& b, const char* key) {
   auto it = b.find("cortiq");
   if (it == b.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) wrong_type("cortiq", "an object", *it);
-  auto t = it->find("task");
+  auto t = it->find(key);
   if (t == it->end() || t->is_null()) return std::nullopt;
-  if (!t->is_string()) wrong_type("cortiq.task", "a string", *t);
+  if (!t->is_string()) wrong_type(std::string("cortiq.") + key, "a string", *t);
   return t->get<std::string>();
+}
+
+std::optional<std::string> parse_task(const ojson& b) {
+  return parse_cortiq(b, "task");
 }
 
 /// stream_options.include_usage; stream_options without `stream: true` is refused, as OpenAI does.
@@ -342,6 +347,7 @@ ChatCompletionRequest parse_chat_request(const ojson& b) {
     r.sampling.top_logprobs = static_cast<int>(*v);
   }
   r.task = parse_task(b);
+  r.skill = parse_cortiq(b, "skill");
   if (auto v = get_bool(b, "enable_thinking")) r.enable_thinking = v;
   if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
     if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
@@ -404,6 +410,7 @@ CompletionRequest parse_completion_request(const ojson& b) {
     r.sampling.top_logprobs = static_cast<int>(*v);
   }
   r.task = parse_task(b);
+  r.skill = parse_cortiq(b, "skill");
   return r;
 }
 

@@ -85,7 +85,8 @@ struct ChatCompletionRequest {
   std::string tool_choice = "auto";
   bool stream = false, include_usage = false;
   SamplingOptions sampling;
-  std::optional<std::string> task;  ///< `cortiq.task`
+  std::optional<std::string> task;   ///< `cortiq.task`
+  std::optional<std::string> skill;  ///< `cortiq.skill`: a skill id, "auto" or "none"
   std::optional<bool> enable_thinking;
 };
 
@@ -97,6 +98,7 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   SamplingOptions sampling;
   std::optional<std::string> task;
+  std::optional<std::string> skill;  ///< `cortiq.skill`
 };
 
 /// Parses and validates a chat body. Throws ApiError(400) naming the field (`param`) for a wrong

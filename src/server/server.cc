@@ -24,6 +24,7 @@
 #include "server/api.h"
 #include "server/connection.h"
 #include "server/shutdown.h"
+#include "specialize/skill_choice.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/value.h"
 #include "util/atomic_file.h"
@@ -130,6 +131,19 @@ class Service {
     }
     keep_special_ = tool_markup_specials(*lm_.tokenizer);
     engine_ = std::make_unique<Engine>(lm_, EngineOptions{opt.parallel, opt.queue});
+    // Skills (issue 30): requests route on their prompt when the server was not given one skill and
+    // the file has routing descriptors; the router runs its own backbone model (the engine's is
+    // the engine thread's alone).
+    if (opt.load.blend == "auto")
+      fail(ErrorKind::InvalidArgument,
+           "serve: --blend auto blends per prompt, which the server does not do; give --blend id:w,… "
+           "or --skill auto (per-request routing)");
+    routable_ = !specialize::phi_layers(lm_.reader->skills()).empty();
+    if (routable_) {
+      model::ModelOptions mo = lm_.model_options;
+      mo.threads = 1;
+      router_ = model::Model::create(lm_.backbone, mo);
+    }
   }
 
   const runtime::LoadedModel& lm() const { return lm_; }
@@ -138,16 +152,47 @@ class Service {
   ojson model_object() const {
     return {{"id", model_id_}, {"object", "model"}, {"created", created_}, {"owned_by", "cortiq"}};
   }
-  void models(httplib::Response& res) {
-    send_json(res, 200, {{"object", "list"}, {"data", ojson::array({model_object()})}});
+  /// `<base>:<skill>` entries: one per skill of the file (issue 30).
+  ojson skill_object(const cmf::SkillRecord& sk) const {
+    ojson o = model_object();
+    o["id"] = model_id_ + ":" + sk.id;
+    o["parent"] = model_id_;
+    return o;
   }
-  /// GET /v1/models/{id}: the model object, or 404 model_not_found for another id.
+  void models(httplib::Response& res) {
+    ojson data = ojson::array({model_object()});
+    for (const auto& sk : lm_.reader->skills()) data.push_back(skill_object(sk));
+    send_json(res, 200, {{"object", "list"}, {"data", std::move(data)}});
+  }
+  /// GET /v1/models/{id}: the model object (the backbone or `<base>:<skill>`), or 404
+  /// model_not_found for another id.
   void model(const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+    for (const auto& sk : lm_.reader->skills())
+      if (id == model_id_ + ":" + sk.id) return send_json(res, 200, skill_object(sk));
     if (id != model_id_)
       throw ApiError(404, "the model '" + id + "' does not exist; this server serves '" + model_id_ + "'",
                      "invalid_request_error", "model", "model_not_found");
     send_json(res, 200, model_object());
+  }
+  /// GET /v1/cortiq/skills: the file's skills (id, name, layers, overlay tensors, routable, mask).
+  void skills(httplib::Response& res) {
+    ojson arr = ojson::array();
+    for (const auto& sk : lm_.reader->skills()) {
+      const runtime::SkillOverlay ov(*lm_.reader, sk.id);
+      ojson o = {{"id", sk.id},
+                 {"model", model_id_ + ":" + sk.id},
+                 {"layers", sk.layers},
+                 {"tensors", ov.names().size()},
+                 {"routable", sk.selection.has_value()}};
+      if (sk.name) o["name"] = *sk.name;
+      if (sk.input_mask_task) o["input_mask_task"] = *sk.input_mask_task;
+      arr.push_back(std::move(o));
+    }
+    send_json(res, 200,
+              {{"default", lm_.skill.empty() ? (routable_ ? "auto" : "none") : lm_.skill},
+               {"fallback", "backbone when the router is not confident (novelty)"},
+               {"skills", std::move(arr)}});
   }
 
   void health(httplib::Response& res) {
@@ -279,8 +324,9 @@ class Service {
     // a generation prompt ending in <think> (DeepSeek-R1, QwQ) starts the answer inside the block
     const bool think_inside = reasoning_ && forced.empty() && prompt_opens_reasoning(prompt);
     auto job = make_job(lm_.tokenizer->encode(prompt, false), r.sampling, r.task, "messages");
+    std::string fp = pick_skill(*job, r.model, r.skill, r.task.has_value());
     const bool want_lp = r.sampling.logprobs;
-    Generation g = start(req, std::move(job), r.model, "chatcmpl-", fd);
+    Generation g = start(req, std::move(job), r.model, "chatcmpl-", fd, std::move(fp));
     if (!r.stream) {
       std::string out;
       ojson lps = ojson::array();
@@ -392,7 +438,8 @@ class Service {
     // tokens lead the logprobs, the first with null; text_offset is each token's place in the text.
     const bool scored = r.echo && want_lp;
     job->prompt_logprobs = scored;
-    Generation g = start(req, std::move(job), r.model, "cmpl-", client_fd(req));
+    std::string fp = pick_skill(*job, r.model, r.skill, r.task.has_value());
+    Generation g = start(req, std::move(job), r.model, "cmpl-", client_fd(req), std::move(fp));
     if (!r.stream) {
       std::string out = echo;
       std::vector<TokenLogprob> gen;
@@ -456,6 +503,9 @@ class Service {
     int fd = -1;                          ///< the client's socket; -1 = not found (no disconnect detection)
     std::string route;                    ///< "POST /v1/…", for --log-requests
     clock_type::time_point started = {};  ///< when the request was queued
+    /// system_fingerprint: which skill ran ("skill:<id>", "backbone", "blend:…"); "" = null (a file
+    /// without skills).
+    std::string fingerprint;
   };
 
   /// The route-specific part of an SSE response: the `choices[0]` object of each chunk to send
@@ -477,8 +527,9 @@ class Service {
   /// Queues `job` (429 when the wait queue is full) and names its response: id = `id_prefix` + 24
   /// random alphanumerics, model = the request's `model` or ours. `fd`: the client's socket.
   Generation start(const httplib::Request& req, std::shared_ptr<Job> job, const std::string& model,
-                   std::string_view id_prefix, int fd) {
+                   std::string_view id_prefix, int fd, std::string fingerprint = {}) {
     Generation g;
+    g.fingerprint = std::move(fingerprint);
     g.model = model.empty() ? model_id_ : model;
     g.id = random_id(id_prefix);
     g.created = unix_now();
@@ -524,7 +575,7 @@ class Service {
             {"model", g.model},
             {"choices", ojson::array({std::move(choice)})},
             {"usage", usage(g.prompt_tokens, completion_tokens, g.job->cached_tokens)},
-            {"system_fingerprint", nullptr}};
+            {"system_fingerprint", g.fingerprint.empty() ? ojson(nullptr) : ojson(g.fingerprint)}};
   }
 
   /// Answers with Server-Sent Events: every chunk is an `object` (`chat.completion.chunk` /
@@ -541,7 +592,7 @@ class Service {
                  {"object", object},
                  {"created", g.created},
                  {"model", g.model},
-                 {"system_fingerprint", nullptr},
+                 {"system_fingerprint", g.fingerprint.empty() ? ojson(nullptr) : ojson(g.fingerprint)},
                  {"choices", std::move(choices)}};
       if (include_usage) c["usage"] = nullptr;
       return c;
@@ -695,6 +746,64 @@ class Service {
     } catch (const Error& e) {
       throw ApiError(400, "the chat template rejected the messages: " + e.message());
     }
+  }
+
+  /// The binding of skill `id` ("" = the backbone), made once and shared by the jobs that run it.
+  /// Unknown id → ApiError 404 skill_not_found listing the known ones. skills_mu_ held.
+  std::shared_ptr<const runtime::SkillBinding> binding(const std::string& id) {
+    auto it = bindings_.find(id);
+    if (it != bindings_.end()) return it->second;
+    if (!id.empty() && !runtime::find_skill(*lm_.reader, id))
+      throw ApiError(404,
+                     "unknown skill '" + id + "'; skills of this model: " + runtime::skill_ids(*lm_.reader) +
+                         " (or auto, none)",
+                     "not_found_error", "cortiq.skill", "skill_not_found");
+    return bindings_[id] = runtime::make_skill_binding(lm_, id);
+  }
+
+  /// Chooses the skill `job` runs (issue 30): `cortiq.skill` (an id, "auto", "none"), else a
+  /// `model` of the form `<base>:<skill>`, else the server's --skill/--blend, else routing on the
+  /// prompt when the file's skills carry descriptors (the backbone when the router is not
+  /// confident — the reference never routes in its server). A skill's input_mask_task becomes the
+  /// job's mask unless the request named a task. Returns the system_fingerprint ("" for a file
+  /// without skills).
+  std::string pick_skill(Job& job, const std::string& model, const std::optional<std::string>& skill,
+                         bool task_given) {
+    if (lm_.reader->skills().empty()) {
+      if (skill && *skill != "none" && *skill != "backbone")
+        throw ApiError(404, "this model has no skills (cortiq.skill '" + *skill + "')", "not_found_error",
+                       "cortiq.skill", "skill_not_found");
+      return "";
+    }
+    std::string want;
+    if (skill) {
+      want = *skill;
+    } else if (model.size() > model_id_.size() + 1 &&
+               model.compare(0, model_id_.size() + 1, model_id_ + ":") == 0) {
+      want = model.substr(model_id_.size() + 1);
+    } else if (!lm_.skill.empty()) {  // the server's own --skill / --blend: the engine's model
+      return lm_.skill == "blend" ? "blend:" + runtime::describe_blend(lm_.blend) : "skill:" + lm_.skill;
+    } else {
+      const std::string& d = opt_.load.skill;  // "" (route when possible), "auto" or "none"
+      want = d == "none" || d == "backbone" || !routable_ ? "none" : "auto";
+    }
+    std::lock_guard<std::mutex> g(skills_mu_);
+    std::string fp;
+    if (want == "auto") {
+      if (!routable_)
+        throw ApiError(400, "cortiq.skill 'auto': no skill of this model has a routing descriptor",
+                       "invalid_request_error", "cortiq.skill");
+      const specialize::RouteDecision d = specialize::route_on(*router_, *lm_.reader, job.prompt);
+      want = d.chosen;
+      fp = d.chosen.empty() ? "backbone (routed: novelty)" : "skill:" + d.chosen + " (routed)";
+    } else if (want == "none" || want == "backbone") {
+      want.clear();
+    }
+    if (fp.empty()) fp = want.empty() ? "backbone" : "skill:" + want;
+    if (want.empty() && lm_.skill.empty()) return fp;  // the engine's model is the backbone
+    job.skill = binding(want);
+    if (job.skill->mask && !task_given) job.mask = job.skill->mask;
+    return fp;
   }
 
   const cmf::TaskMask* resolve_task(const std::optional<std::string>& task) {
@@ -856,6 +965,10 @@ class Service {
   bool reasoning_ = false;
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
+  bool routable_ = false;                 ///< some skill carries a routing descriptor
+  std::mutex skills_mu_;                  ///< guards bindings_ and router_
+  std::unique_ptr<model::Model> router_;  ///< the backbone, for routing requests (one thread)
+  std::map<std::string, std::shared_ptr<const runtime::SkillBinding>> bindings_;
 };
 
 }  // namespace
@@ -1034,6 +1147,7 @@ int run_server(const ServerOptions& opt) {
       {"GET", R"(/v1/models/(.+))",  // Hugging Face ids have a slash: "org/name"
        [&](const httplib::Request& q, httplib::Response& res) { svc.model(q, res); }},
       {"GET", "/v1/cortiq/masks", [&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }},
+      {"GET", "/v1/cortiq/skills", [&](const httplib::Request&, httplib::Response& res) { svc.skills(res); }},
       {"POST", "/tokenize", [&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }},
       {"POST", "/detokenize",
        [&](const httplib::Request& q, httplib::Response& res) { svc.detokenize(q, res); }},
