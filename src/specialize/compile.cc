@@ -1,6 +1,7 @@
 // compile_task (compile.h).
 #include "specialize/compile.h"
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -92,8 +93,11 @@ std::string verdict_of(double delta, double se) {
 
 CompileResult compile_task(const CompileOptions& opt) {
   namespace fs = std::filesystem;
+  const auto t0 = std::chrono::steady_clock::now();
   const auto log = [&](const std::string& s) {
-    if (opt.log) opt.log(s);
+    if (!opt.log) return;
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    opt.log(fmt::format("[{:6.1f}s] {}", sec, s));
   };
   if (opt.task.empty()) fail(ErrorKind::InvalidArgument, "compile: --task NAME is required");
   {
