@@ -57,6 +57,17 @@ GateSearchResult search_gates(model::Model& m, const TaskCorpus& corpus, const G
   r.history.push_back(r.chosen);
   r.logits = logits;
   r.keep = dense;
+  // Whether `p` replaces `cur` as the choice: the lower select loss (ties keep `cur`); under a
+  // target sparsity a point reaching it beats one that does not (the dense start never reaches
+  // it), and among points short of it the sparser stands in.
+  const auto beats = [&](const GatePoint& p, const GatePoint& cur) {
+    if (opt.target_sparsity <= 0.0) return p.select_nll < cur.select_nll;
+    const bool pr = 1.0 - p.kept >= opt.target_sparsity,
+               cr = cur.step > 0 && 1.0 - cur.kept >= opt.target_sparsity;
+    if (pr != cr) return pr;
+    if (pr) return p.select_nll < cur.select_nll;
+    return cur.step == 0 || p.kept < cur.kept;
+  };
   KeepSets best_keep_of_checkpoint;  // the chosen checkpoint's hard mask (sweep base)
 
   std::vector<size_t> order(corpus.train.size());
@@ -128,13 +139,7 @@ GateSearchResult search_gates(model::Model& m, const TaskCorpus& corpus, const G
       // a mask that empties a layer is scored with that layer's best neuron kept (alignment keeps ≥ 1)
       p.select_nll = score(empty_layer ? align_keep(logits, hk, 1) : hk);
       r.history.push_back(p);
-      // ties → the earlier; under a target sparsity only checkpoints reaching it compete (the dense
-      // start does not), and until one does, the sparsest so far stands in
-      const bool reaches = 1.0 - p.kept >= opt.target_sparsity;
-      const bool chosen_reaches = r.chosen.step > 0 && 1.0 - r.chosen.kept >= opt.target_sparsity;
-      const bool wins = opt.target_sparsity <= 0.0 ? p.select_nll < r.chosen.select_nll
-                        : reaches                  ? !chosen_reaches || p.select_nll < r.chosen.select_nll
-                                  : !chosen_reaches && (r.chosen.step == 0 || p.kept < r.chosen.kept);
+      const bool wins = beats(p, r.chosen);
       if (wins) {
         r.chosen = p;
         r.logits = logits;
@@ -158,10 +163,8 @@ GateSearchResult search_gates(model::Model& m, const TaskCorpus& corpus, const G
       std::snprintf(what, sizeof what, "sweep x%.2f", f);
       GatePoint p{what, base.step, kept_fraction(k, r.logits), score(k), 0};
       r.sweep.push_back(p);
-      // lowest wins; ties → the sparser; under a target sparsity only cuts reaching it
-      if (opt.target_sparsity > 0.0 && 1.0 - p.kept < opt.target_sparsity) continue;
-      if (p.select_nll < r.chosen.select_nll ||
-          (p.select_nll == r.chosen.select_nll && p.kept < r.chosen.kept)) {
+      // beats (lowest, or reaching the target sparsity first); exact ties → the sparser
+      if (beats(p, r.chosen) || (p.select_nll == r.chosen.select_nll && p.kept < r.chosen.kept)) {
         r.chosen = p;
         r.keep = k;
       }
