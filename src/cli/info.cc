@@ -13,6 +13,7 @@
 #include "cmf/tensor_names.h"
 #include "quant/dtype.h"
 #include "runtime/bench.h"
+#include "specialize/compile.h"
 
 namespace cortiq::cli {
 namespace {
@@ -229,6 +230,11 @@ void run_info(const InfoOpts& o) {
   std::printf("  Sparse idx:  %zu entries\n", r.sparse_index().size());
   if (!r.skills().empty())
     std::printf("  Skills:      %zu%s\n", r.skills().size(), r.is_skill_file() ? " (skill file)" : "");
+  if (h.provenance.is_object() && h.provenance.contains("specialize")) {
+    const auto lines = specialize::contract_lines(h.provenance["specialize"]);
+    for (size_t i = 0; i < lines.size(); ++i)
+      std::printf("  %s %s\n", i == 0 ? "Specialist: " : "            ", lines[i].c_str());
+  }
 }
 
 void setup_info(CLI::App& root) {

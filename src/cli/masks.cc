@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cmf/reader.h"
+#include "specialize/compile.h"
 
 namespace cortiq::cli {
 namespace {
@@ -41,6 +42,9 @@ void setup_masks(CLI::App& root) {
                       : "");
       if (m.description) std::printf("      %s\n", m.description->c_str());
       std::printf("      quality: %s\n", m.quality.is_null() ? "not measured" : m.quality.dump().c_str());
+      if (m.extra.contains("specialize"))
+        for (const auto& line : specialize::contract_lines(m.extra["specialize"]))
+          std::printf("      %s\n", line.c_str());
     }
   });
 }

@@ -150,6 +150,12 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
   }
   if (!gp) return loss;
   Grads& g = *gp;
+  using WG = BackwardOptions::WeightGrads;
+  const bool all_w = opt.weight_grads == WG::All, ffn_w = opt.weight_grads != WG::None;
+  // The gradient entry of a weight, or null when opt.weight_grads leaves it out.
+  const auto wgrad = [&](bool wanted, const std::string& name, size_t n) -> float* {
+    return wanted ? grad(g, name, n) : nullptr;
+  };
   std::vector<float> n(T * H), dn(T * H, 0.0f), dh(T * H, 0.0f);
   for (size_t t = 0; t < T; ++t)
     kernels::rmsnorm(h_final.data() + t * H, w.final_norm.data(), H, a.rms_norm_eps, w.norm_style,
@@ -157,9 +163,9 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
   const bool tied = w.lm_head.payload.data() == w.embed.payload.data();
   const std::string head_name = cmf::tensor_name(tied ? TensorRole::Embed : TensorRole::Head);
   linear_backward(m.ops(), m.pool(), f32_of(w.lm_head), V, H, n.data(), T, dlogits.data(), dn.data(),
-                  grad(g, head_name, V * H), nullptr);
+                  wgrad(all_w, head_name, V * H), nullptr);
   rmsnorm_backward(h_final.data(), w.final_norm.data(), T, H, a.rms_norm_eps, dn.data(), dh.data(),
-                   grad(g, cmf::tensor_name(TensorRole::FinalNorm), H));
+                   wgrad(all_w, cmf::tensor_name(TensorRole::FinalNorm), H));
 
   // The layers in reverse: dh is the gradient of the residual leaving the layer.
   for (size_t li = w.layers.size(); li-- > opt.first_layer;) {
@@ -171,7 +177,7 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     // FFN: h_out = h_mid + down·(silu(gate·x) ⊙ up·x), x = rms(h_mid)·post_attn_norm
     std::vector<float> dact(T * W, 0.0f), dgate(T * W, 0.0f), dup(T * W, 0.0f), dx(T * H, 0.0f);
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.down), H, W, K.act.data(), T, dh.data(), dact.data(),
-                    grad(g, name(TensorRole::FfnDown), H * W), nullptr);
+                    wgrad(ffn_w, name(TensorRole::FfnDown), H * W), nullptr);
     // The variant's soft gates and neuron mask act on the activation: act' = act ⊙ alive ⊙ scale.
     const std::vector<uint8_t>* alive = var && !var->ffn_alive[li].empty() ? &var->ffn_alive[li] : nullptr;
     const std::vector<float>* sc =
@@ -201,16 +207,16 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     std::vector<float> xt(H * T);  // the input of gate/up (then of q/k/v), transposed once for both
     kernels::transpose_f32(K.x_ffn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
-                    grad(g, name(TensorRole::FfnGate), W * H), nullptr, xt.data());
+                    wgrad(ffn_w, name(TensorRole::FfnGate), W * H), nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.up), W, H, K.x_ffn.data(), T, dup.data(), dx.data(),
-                    grad(g, name(TensorRole::FfnUp), W * H), nullptr, xt.data());
+                    wgrad(ffn_w, name(TensorRole::FfnUp), W * H), nullptr, xt.data());
     rmsnorm_backward(K.h_mid.data(), L.post_attn_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
-                     grad(g, name(TensorRole::PostAttnNorm), H));
+                     wgrad(all_w, name(TensorRole::PostAttnNorm), H));
     if (!opt.through_attention) continue;  // truncated: dh_in = dh_mid
     // Attention: h_mid = h_in + o·attn(rope(norm(q·x + bq)), rope(norm(k·x + bk)), v·x + bv)
     std::vector<float> datt(T * qd, 0.0f), dq(T * qd, 0.0f), dk(T * kd, 0.0f), dv(T * kd, 0.0f);
     linear_backward(m.ops(), m.pool(), f32_of(L.o), H, qd, K.att.data(), T, dh.data(), datt.data(),
-                    grad(g, name(TensorRole::O), H * qd), nullptr);
+                    wgrad(all_w, name(TensorRole::O), H * qd), nullptr);
     const float scale = static_cast<float>(
         1.0 / std::sqrt(a.query_pre_attn_scalar ? *a.query_pre_attn_scalar : static_cast<double>(hd)));
     attention_backward(m.ops(), m.pool(), K.q.data(), K.k.data(), K.v.data(), T, nh, nkv, hd, scale,
@@ -231,7 +237,7 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
         for (size_t t = 0; t < T; ++t)
           for (size_t i = 0; i < rows; ++i) lin[t * rows + i] += b[i];
       rmsnorm_backward(lin.data(), nw.data(), T * rows / hd, hd, a.rms_norm_eps, d.data(), dlin.data(),
-                       grad(g, name(role), hd));
+                       wgrad(all_w, name(role), hd));
       d.swap(dlin);
     };
     norm_back(L.q, L.q_bias, L.q_norm, qd, TensorRole::QNorm, dq);
@@ -239,18 +245,18 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     std::fill(dx.begin(), dx.end(), 0.0f);
     kernels::transpose_f32(K.x_attn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.q), qd, H, K.x_attn.data(), T, dq.data(), dx.data(),
-                    grad(g, name(TensorRole::Q), qd * H),
-                    bias ? grad(g, name(TensorRole::QBias), qd) : nullptr, xt.data());
+                    wgrad(all_w, name(TensorRole::Q), qd * H),
+                    bias && all_w ? grad(g, name(TensorRole::QBias), qd) : nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.k), kd, H, K.x_attn.data(), T, dk.data(), dx.data(),
-                    grad(g, name(TensorRole::K), kd * H),
-                    bias ? grad(g, name(TensorRole::KBias), kd) : nullptr, xt.data());
+                    wgrad(all_w, name(TensorRole::K), kd * H),
+                    bias && all_w ? grad(g, name(TensorRole::KBias), kd) : nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.v), kd, H, K.x_attn.data(), T, dv.data(), dx.data(),
-                    grad(g, name(TensorRole::V), kd * H),
-                    bias ? grad(g, name(TensorRole::VBias), kd) : nullptr, xt.data());
+                    wgrad(all_w, name(TensorRole::V), kd * H),
+                    bias && all_w ? grad(g, name(TensorRole::VBias), kd) : nullptr, xt.data());
     rmsnorm_backward(K.h_in.data(), L.input_norm.data(), T, H, a.rms_norm_eps, dx.data(), dh.data(),
-                     grad(g, name(TensorRole::InputNorm), H));
+                     wgrad(all_w, name(TensorRole::InputNorm), H));
   }
-  if (opt.first_layer > 0) return loss;
+  if (opt.first_layer > 0 || !all_w) return loss;
   // The embedding: row tokens[t] received h[t].
   float* de = grad(g, cmf::tensor_name(TensorRole::Embed), w.embed.rows() * H);
   for (size_t t = 0; t < T; ++t)

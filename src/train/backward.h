@@ -63,6 +63,11 @@ struct BackwardOptions {
   /// When set, gets the gradient of every soft gate the variant has: [layers][width] (resized;
   /// rows of layers without gates stay empty), added into.
   std::vector<std::vector<float>>* ffn_scale_grad = nullptr;
+  /// Which weight gradients go into `grads` (the input gradients are computed either way): All;
+  /// Ffn = only the gate/up/down matrices of the layers from first_layer on (FCD's trainables);
+  /// None = no weight gradient (the gate search trains only the soft gates). Skipping a weight's
+  /// gradient skips its dW product, the largest being the head's [vocab, hidden].
+  enum class WeightGrads { All, Ffn, None } weight_grads = WeightGrads::All;
 };
 
 /// lm_loss_backward(inputs, targets) under `opt`. Throws as it, and Error(InvalidArgument) for

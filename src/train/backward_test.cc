@@ -179,5 +179,40 @@ TEST(Backward, SoftGatesAndMaskMatchTorch) {
   EXPECT_THROW(lm_loss_backward(*m, p.first(p.size() - 1), p.subspan(1), g, o), Error);
 }
 
+// weight_grads: None gives the same loss and gate gradients as All with no weight gradient at all;
+// Ffn gives exactly All's gate/up/down gradients and nothing else.
+TEST(Backward, WeightGradSelection) {
+  auto c = model::test::load_case("llama");
+  ASSERT_TRUE(c);
+  auto m = exact_model(*c);
+  model::Variant v = model::open_variant(*m->weights());
+  for (auto& row : v.ffn_scale) row.assign(c->arch.intermediate_size, 0.75f);
+  const std::span<const uint32_t> p(c->prompt);
+  const auto in = p.first(p.size() - 1), tg = p.subspan(1);
+  BackwardOptions o;
+  o.variant = &v;
+  std::vector<std::vector<float>> dg_all, dg_none;
+  o.ffn_scale_grad = &dg_all;
+  Grads all;
+  const double l_all = lm_loss_backward(*m, in, tg, all, o);
+  o.ffn_scale_grad = &dg_none;
+  o.weight_grads = BackwardOptions::WeightGrads::None;
+  Grads none;
+  EXPECT_EQ(lm_loss_backward(*m, in, tg, none, o), l_all);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(dg_none, dg_all);
+  ASSERT_FALSE(dg_all.empty());
+  EXPECT_NE(dg_all[0][0], 0.0f);
+  o.ffn_scale_grad = nullptr;
+  o.weight_grads = BackwardOptions::WeightGrads::Ffn;
+  Grads ffn;
+  lm_loss_backward(*m, in, tg, ffn, o);
+  EXPECT_EQ(ffn.size(), 3u * c->arch.num_layers);
+  for (const auto& [name, g] : ffn) {
+    EXPECT_NE(name.find("mlp."), std::string::npos) << name;
+    EXPECT_EQ(g, all.at(name)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace cortiq::train
