@@ -83,7 +83,8 @@ Engine::Engine(LoadedModel& lm, const EngineOptions& opt, std::unique_ptr<StepBa
   if (opt_.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   // The task load_model looked up and compiled: the engine takes both (one lookup, one compile).
   default_mask_ = lm.mask;
-  if (lm.mask && lm.variant) variants_.emplace(lm.mask, lm.variant);
+  if (lm.mask && lm.variant)
+    variants_.emplace(std::pair{lm.mask, static_cast<const SkillBinding*>(nullptr)}, lm.variant);
   backend_ = backend ? std::move(backend) : std::make_unique<BatchedBackend>(*lm.model);
   const size_t ctx = opt_.ctx ? opt_.ctx : lm.ctx;
   for (size_t i = 0; i < opt_.parallel; ++i)
