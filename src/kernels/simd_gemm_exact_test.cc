@@ -10,7 +10,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <gtest/gtest.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -30,9 +32,11 @@ using test::gaussian;
 using test::make;
 using test::Tensor;
 
+#if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx512f"))) float reduce_one(const float* v) {
   return _mm512_reduce_add_ps(_mm512_loadu_ps(v));
 }
+#endif
 
 /// Values whose sums round differently under any other pairing: magnitudes 2^-20 … 2^20, signs
 /// mixed, some exact cancellations, zeros of both signs.
@@ -47,6 +51,7 @@ std::vector<float> spread_values(size_t n, uint32_t seed) {
   return v;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
 TEST(GemmExact, Reduce16EqualsReduceAddPs) {
   if (!simd_cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU";
   for (uint32_t seed = 1; seed <= 200; ++seed) {
@@ -63,6 +68,7 @@ TEST(GemmExact, Reduce16EqualsReduceAddPs) {
     }
   }
 }
+#endif  // x86
 
 /// Checks gemm_exact_avx512 on rows [r0, r0+rc) of w, n tokens, into a strided output at column
 /// j0, against matvec_rows_simd per token (the exact dot of simd_matvec.cc).
@@ -83,6 +89,7 @@ void check_direct(const Tensor& w, uint64_t r0, uint64_t rc, size_t n, uint32_t 
     for (size_t j = j0 + rc; j < y_stride; ++j) EXPECT_EQ(Y[i * y_stride + j], -7.0f) << "wrote outside";
   }
 }
+
 
 TEST(GemmExact, EqualsExactDotBitwiseOverShapes) {
   if (!simd_cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU";
