@@ -204,8 +204,9 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
         for (size_t i = 0; i < W; ++i)
           if (!(*alive)[i]) dact[t * W + i] = 0.0f;
     swiglu_backward(K.gate.data(), K.up.data(), T * W, dact.data(), dgate.data(), dup.data());
-    std::vector<float> xt(H * T);  // the input of gate/up (then of q/k/v), transposed once for both
-    kernels::transpose_f32(K.x_ffn.data(), T, H, xt.data());
+    // The input of gate/up (then of q/k/v), transposed once for both; only weight gradients read it.
+    std::vector<float> xt(ffn_w ? H * T : 0);
+    if (ffn_w) kernels::transpose_f32(K.x_ffn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.gate), W, H, K.x_ffn.data(), T, dgate.data(), dx.data(),
                     wgrad(ffn_w, name(TensorRole::FfnGate), W * H), nullptr, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.ffn.up), W, H, K.x_ffn.data(), T, dup.data(), dx.data(),
@@ -243,7 +244,7 @@ double loss_impl(model::Model& m, std::span<const uint32_t> tokens, std::span<co
     norm_back(L.q, L.q_bias, L.q_norm, qd, TensorRole::QNorm, dq);
     norm_back(L.k, L.k_bias, L.k_norm, kd, TensorRole::KNorm, dk);
     std::fill(dx.begin(), dx.end(), 0.0f);
-    kernels::transpose_f32(K.x_attn.data(), T, H, xt.data());
+    if (all_w) kernels::transpose_f32(K.x_attn.data(), T, H, xt.data());
     linear_backward(m.ops(), m.pool(), f32_of(L.q), qd, H, K.x_attn.data(), T, dq.data(), dx.data(),
                     wgrad(all_w, name(TensorRole::Q), qd * H),
                     bias && all_w ? grad(g, name(TensorRole::QBias), qd) : nullptr, xt.data());
