@@ -13,10 +13,9 @@
 
 #include <algorithm>
 
+#include "kernels/simd_avx512_rows.h"
 #include "kernels/simd_common.h"
 #include "util/error.h"
-
-#define CQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 
 namespace cortiq::kernels::simd_detail {
 
@@ -28,35 +27,6 @@ constexpr uint64_t kBlock = 16;
 CQ_AVX512 inline __mmask16 tail_mask(uint64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
-
-// Row loaders: 16 columns at c decoded exactly to f32 (the conversions of simd_matvec.cc's LdF32 /
-// LdF16 / LdBF16; each is exact, so any exact conversion gives the same values), and the masked
-// form (lanes past the mask 0) the tail chunk uses.
-struct WF32 {
-  const uint8_t* p;
-  CQ_AVX512 __m512 ld(uint64_t c) const { return _mm512_loadu_ps(p + 4 * c); }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, p + 4 * c); }
-};
-struct WF16 {
-  const uint8_t* p;
-  CQ_AVX512 __m512 ld(uint64_t c) const {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c)));
-  }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * c));
-  }
-};
-struct WBF16 {
-  const uint8_t* p;
-  CQ_AVX512 __m512 ld(uint64_t c) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * c);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-};
 
 /// The FMA chains of phases q0 … q0+P−1 of an R × T tile: acc[p][k][t] = the chain over the chunks
 /// j ≡ q0+p (mod 4), in ascending order, of w[k] and x[t] — full 64-column blocks first, then the
@@ -197,18 +167,18 @@ CQ_AVX512 void gemm_exact_avx512(quant::DType t, const uint8_t* w, uint64_t rc, 
   }
   switch (t) {
     case quant::DType::F32: {
-      WF32 rows[kMaxRows];
-      for (uint64_t k = 0; k < rc; ++k) rows[k] = WF32{w + 4 * k * cols};
+      LdF32 rows[kMaxRows];
+      for (uint64_t k = 0; k < rc; ++k) rows[k] = LdF32{w + 4 * k * cols};
       return gemm_rows(rows, rc, cols, x, n, y, y_stride, j0);
     }
     case quant::DType::F16: {
-      WF16 rows[kMaxRows];
-      for (uint64_t k = 0; k < rc; ++k) rows[k] = WF16{w + 2 * k * cols};
+      LdF16 rows[kMaxRows];
+      for (uint64_t k = 0; k < rc; ++k) rows[k] = LdF16{w + 2 * k * cols};
       return gemm_rows(rows, rc, cols, x, n, y, y_stride, j0);
     }
     case quant::DType::BF16: {
-      WBF16 rows[kMaxRows];
-      for (uint64_t k = 0; k < rc; ++k) rows[k] = WBF16{w + 2 * k * cols};
+      LdBF16 rows[kMaxRows];
+      for (uint64_t k = 0; k < rc; ++k) rows[k] = LdBF16{w + 2 * k * cols};
       return gemm_rows(rows, rc, cols, x, n, y, y_stride, j0);
     }
     default:

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_avx512_rows.h"
 #include "kernels/simd_common.h"
 #include "kernels/simd_gemm_exact.h"
 #include "kernels/weight_plan.h"
@@ -35,7 +36,6 @@
 #include "util/error.h"
 #include "util/half.h"
 
-#define CQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 /// The q1t int8 tile also needs AVX512-VBMI (vpermi2b); reached only when simd_vbmi_ok().
 #define CQ_AVX512_VBMI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c")))
@@ -86,6 +86,9 @@ namespace {
 using simd_detail::exp2_f16_table;
 using simd_detail::grow;
 using simd_detail::kRowBlock;
+using simd_detail::LdBF16;
+using simd_detail::LdF16;
+using simd_detail::LdF32;
 using simd_detail::LineVec;
 
 // ---------------------------------------------------------------------------------------------
@@ -628,46 +631,6 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, 
 
 // ---------------------------------------------------------------------------------------------
 // Exact path: f32 dot with 4×16-lane accumulators (chunk k → accumulator k mod 4)
-
-struct LdF32 {
-  const uint8_t* p;
-  /// Prefetches the 64 columns at c of the row `dist` bytes ahead.
-  void pf(uint64_t c, uint64_t dist) const {
-    for (int l = 0; l < 4; ++l) prefetch(p + 4 * c + dist + 64 * l);
-  }
-  CQ_AVX512 __m512 ld(uint64_t c) const { return _mm512_loadu_ps(p + 4 * c); }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, p + 4 * c); }
-};
-struct LdF16 {
-  const uint8_t* p;
-  /// Prefetches the 64 columns at c of the row `dist` bytes ahead.
-  void pf(uint64_t c, uint64_t dist) const {
-    prefetch(p + 2 * c + dist);
-    prefetch(p + 2 * c + dist + 64);
-  }
-  CQ_AVX512 __m512 ld(uint64_t c) const {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c)));
-  }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * c));
-  }
-};
-struct LdBF16 {
-  const uint8_t* p;
-  /// Prefetches the 64 columns at c of the row `dist` bytes ahead.
-  void pf(uint64_t c, uint64_t dist) const {
-    prefetch(p + 2 * c + dist);
-    prefetch(p + 2 * c + dist + 64);
-  }
-  CQ_AVX512 __m512 ld(uint64_t c) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  CQ_AVX512 __m512 ldm(uint64_t c, __mmask16 m) const {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * c);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-};
 
 /// q8_row / q8_2f rows decoded in registers: ŵ_c = f32(q_c)·s (times col_c for q8_2f), the same
 /// products as decode_row (and quant::decode_rows), so the exact dot is bit-identical to decoding the
