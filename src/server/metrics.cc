@@ -92,7 +92,7 @@ std::string Metrics::render(const MetricsGauges& gv) const {
   o += fmt::format("cortiq_time_to_first_token_seconds_count {}\n", cum);
   one("cortiq_queue_depth", "gauge", "Requests waiting for a slot.", gv.queue_depth);
   one("cortiq_slots_busy", "gauge", "Slots decoding a sequence.", gv.slots_busy);
-  one("cortiq_slots_total", "gauge", "Slots (--parallel).", gv.slots_total);
+  one("cortiq_slots", "gauge", "Slots (--parallel).", gv.slots_total);
   one("cortiq_requests_in_flight", "gauge", "HTTP requests being answered.", gv.in_flight);
   return o;
 }

@@ -17,7 +17,7 @@
 //                                                             one)
 //   cortiq_time_to_first_token_seconds            histogram  from queueing to the first sampled token
 //   cortiq_queue_depth                            gauge      requests waiting for a slot
-//   cortiq_slots_busy / cortiq_slots_total        gauge      slots decoding / slots (--parallel)
+//   cortiq_slots_busy / cortiq_slots              gauge      slots decoding / slots (--parallel)
 //   cortiq_requests_in_flight                     gauge      HTTP requests being answered
 #pragma once
 
