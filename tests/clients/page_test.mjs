@@ -89,6 +89,13 @@ try {
   assert.match(stats, new RegExp(`^${want.usage.completion_tokens} tokens, [0-9.]+ tokens/s`));
   await page.screenshot({ path: path.join(OUT, 'chat_page_chat.png') });
 
+  // Regenerate replaces the answer (greedy: the same text), not appends a second one.
+  await page.click('#regen');
+  await page.waitForFunction(() => /tokens\/s/.test(document.getElementById('stats').textContent) &&
+    !document.getElementById('send').disabled);
+  assert.equal(await page.locator('.msg').count(), 2);
+  assert.equal(await page.$$eval('.msg.assistant', (ds) => ds.at(-1).lastChild.textContent), answer);
+
   // 3. The conversation survives a reload (localStorage), key included.
   await page.reload();
   await page.waitForFunction(() => document.querySelectorAll('.msg').length === 2);
