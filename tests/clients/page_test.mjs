@@ -6,7 +6,8 @@
 //   CORTIQ_OUT     folder for the screenshots
 // The page must ask for the key (a 401 message, not a blank page), stream a chat answer equal to the
 // server's own non-stream greedy answer, switch to completion mode and continue a text, keep the
-// conversation over a reload. Exits non-zero with a message on the first failed check.
+// conversation over a reload, regenerate in place, and open a model without a chat template in
+// completion mode. Exits non-zero with a message on the first failed check.
 import { chromium } from 'playwright-core';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -115,8 +116,22 @@ try {
   const wantC = await post('/v1/completions', { prompt: text, temperature: 0, max_tokens: N });
   assert.equal(got, text + wantC.choices[0].text);
   await page.screenshot({ path: path.join(OUT, 'chat_page_completion.png') });
+
+  // 5. A model without a chat template opens in completion mode (until the user picks a mode).
+  await page.evaluate(() => localStorage.removeItem('cortiq.mode'));
+  await page.route('**/props', async (route) => {
+    const r = await route.fetch();
+    const j = await r.json();
+    assert.equal(j.has_chat_template, true);
+    await route.fulfill({ response: r, json: { ...j, has_chat_template: false, chat_template: null } });
+  });
+  await page.reload();
+  await page.waitForFunction(() => /no chat template/.test(document.getElementById('info').textContent));
+  assert.ok(await visible('#completion'));
+  assert.ok(!(await visible('#prompt')));
+  await page.unroute('**/props');
   assert.deepEqual(errors, []);
-  console.log('ok   chat page: 401 dialog, streamed chat, reload, completion mode');
+  console.log('ok   chat page: 401 dialog, streamed chat, regenerate, reload, completion mode, no-template default');
 } catch (e) {
   failed = true;
   console.log(`FAIL chat page: ${e && e.stack ? e.stack : e}`);
