@@ -12,12 +12,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -31,6 +35,7 @@
 #include "shell.h"
 #include "support/engine_jobs.h"
 #include "tokenizer/jinja/jinja.h"
+#include "util/base64.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -878,6 +883,250 @@ TEST_F(ServeE2E, CorsPreflightAndOrigins) {
   r = http(port_, "OPTIONS", "/v1/models", "", good);
   EXPECT_EQ(r.status, 204) << r.head;
   EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  stop_server();
+}
+
+// One Prometheus sample value (`name` with its labels exactly as written, e.g.
+// `cortiq_requests_total{method="GET",path="/props",status="200"}`); -1 when absent.
+double prom_value(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ')
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+// The Prometheus text format 0.0.4: every sample line is `name{labels} value` with a name declared
+// by a TYPE line before it (histograms: _bucket/_sum/_count), every value a number. Returns the
+// declared names and their types; fails the test on a malformed line.
+std::map<std::string, std::string> prom_parse(const std::string& text) {
+  std::map<std::string, std::string> types;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream t(line.substr(7));
+      std::string name, type;
+      t >> name >> type;
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram") << line;
+      types[name] = type;
+      continue;
+    }
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    const size_t brace = line.find('{'), sp = line.rfind(' ');
+    EXPECT_NE(sp, std::string::npos) << line;
+    if (sp == std::string::npos) continue;
+    std::string name = line.substr(0, std::min(brace, sp));
+    EXPECT_TRUE(std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(c) || c == '_'; }))
+        << line;
+    for (const char* suf : {"_bucket", "_sum", "_count"})
+      if (name.size() > strlen(suf) && name.ends_with(suf) && !types.count(name))
+        name = name.substr(0, name.size() - strlen(suf));
+    EXPECT_TRUE(types.count(name)) << "sample before its TYPE: " << line;
+    if (name.ends_with("_total")) {
+      EXPECT_EQ(types[name], "counter") << line;
+    }
+    size_t used = 0;
+    const std::string v = line.substr(sp + 1);
+    EXPECT_NO_THROW((void)std::stod(v, &used)) << line;
+    EXPECT_EQ(used, v.size()) << line;
+  }
+  return types;
+}
+
+// /v1/embeddings against a direct computation through the model API (the last layer's output
+// taken from the forward pass, the final RMSNorm done here in double, pooled and normalized),
+// with strings, token ids, a batch, base64, "last" pooling and bad input; /props; and /metrics
+// parsing as Prometheus text with counters that grow with the requests.
+TEST_F(ServeE2E, EmbeddingsPropsAndMetrics) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  auto lm = cortiq::runtime::load_model(model_, {});
+  const auto& arch = lm.model->arch();
+  const size_t hd = arch.hidden_size;
+  // oracle: mean (or last) of RMSNorm(h_L) over the tokens, then divided by its length
+  auto oracle = [&](const std::vector<uint32_t>& ids, bool last) {
+    cortiq::model::KvCache kv(arch, ids.size());
+    std::vector<float> h;
+    cortiq::model::Taps taps;
+    taps.layer_output = [&](size_t l, std::span<const float> x, size_t) {
+      if (l + 1 == arch.num_layers) h.assign(x.begin(), x.end());
+    };
+    cortiq::model::SeqStep st;
+    st.tokens = ids;
+    st.kv = &kv;
+    lm.model->forward_batch(std::span<const cortiq::model::SeqStep>(&st, 1), &taps);
+    const auto& w = lm.model->weights()->final_norm;
+    std::vector<double> acc(hd, 0.0);
+    const size_t first = last ? ids.size() - 1 : 0;
+    for (size_t t = first; t < ids.size(); ++t) {
+      double ms = 0;
+      for (size_t i = 0; i < hd; ++i) ms += double(h[t * hd + i]) * h[t * hd + i];
+      const double inv = 1.0 / std::sqrt(ms / hd + arch.rms_norm_eps);
+      for (size_t i = 0; i < hd; ++i) acc[i] += h[t * hd + i] * inv * w[i];
+    }
+    double n2 = 0;
+    for (double a : acc) n2 += a * a;
+    for (double& a : acc) a /= std::sqrt(n2);
+    return acc;
+  };
+  auto expect_close = [&](const json& got, const std::vector<double>& want, const char* what) {
+    ASSERT_EQ(got.size(), hd) << what;
+    double n2 = 0, worst = 0;
+    for (size_t i = 0; i < hd; ++i) {
+      n2 += got[i].get<double>() * got[i].get<double>();
+      worst = std::max(worst, std::abs(got[i].get<double>() - want[i]));
+    }
+    EXPECT_NEAR(n2, 1.0, 1e-5) << what;
+    EXPECT_LT(worst, 2e-5) << what;
+  };
+
+  start_server("--parallel 1 --threads 1");
+  ASSERT_GT(port_, 0) << "server did not start";
+  const auto ids_a = lm.encode_raw("Once upon a time"), ids_b = lm.encode_raw("The cat sat");
+  auto r =
+      http(port_, "POST", "/v1/embeddings", R"({"model":"x","input":["Once upon a time","The cat sat"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = r.j();
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["model"], "x");
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["index"], 1);
+  EXPECT_EQ(j["data"][0]["object"], "embedding");
+  expect_close(j["data"][0]["embedding"], oracle(ids_a, false), "mean a");
+  expect_close(j["data"][1]["embedding"], oracle(ids_b, false), "mean b");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], ids_a.size() + ids_b.size());
+  EXPECT_EQ(j["usage"]["total_tokens"], ids_a.size() + ids_b.size());
+  const json mean_a = j["data"][0]["embedding"];
+  // token ids give the same vector; "last" pooling is the last token's state
+  r = http(port_, "POST", "/v1/embeddings", json{{"input", ids_a}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["data"][0]["embedding"], mean_a);
+  r = http(port_, "POST", "/v1/embeddings", json{{"input", "Once upon a time"}, {"pooling", "last"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  expect_close(r.j()["data"][0]["embedding"], oracle(ids_a, true), "last a");
+  // base64: the same floats, little-endian
+  r = http(port_, "POST", "/v1/embeddings", R"({"input":"Once upon a time","encoding_format":"base64"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto bytes = cortiq::base64_decode(r.j()["data"][0]["embedding"].get<std::string>());
+  ASSERT_EQ(bytes.size(), hd * 4);
+  for (size_t i = 0; i < hd; ++i) {
+    float f;
+    std::memcpy(&f, bytes.data() + 4 * i, 4);
+    EXPECT_EQ(f, mean_a[i].get<float>()) << i;
+  }
+  for (const char* bad : {R"({"input":""})", R"({"input":[]})", R"({"input":[1,"a"]})", R"({"input":3})",
+                          R"({"input":"a","pooling":"max"})", R"({"input":"a","encoding_format":"int8"})",
+                          R"({"input":"a","dimensions":7})", R"({"input":[99999999]})", R"({"model":"m"})"}) {
+    r = http(port_, "POST", "/v1/embeddings", bad);
+    EXPECT_EQ(r.status, 400) << bad << " " << r.body;
+    EXPECT_TRUE(r.j()["error"]["message"].is_string()) << bad;
+  }
+
+  // /props
+  r = http(port_, "GET", "/props");
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = r.j();
+  EXPECT_EQ(j["model"], "llama-cortiq");
+  EXPECT_EQ(j["n_ctx"], lm.ctx);
+  EXPECT_EQ(j["total_slots"], 1);
+  EXPECT_EQ(j["n_embd"], hd);
+  EXPECT_EQ(j["chat_template"], kTemplate);
+  EXPECT_EQ(j["has_chat_template"], true);
+  EXPECT_EQ(j["embeddings"], true);
+  EXPECT_EQ(j["build_info"].get<std::string>().rfind("cortiq 0.", 0), 0u) << j["build_info"];
+  EXPECT_EQ(j["default_generation_settings"]["params"]["top_k"], 40);
+
+  // /metrics: parses; counters grow with a chat request
+  r = http(port_, "GET", "/metrics");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.head.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << r.head;
+  auto types = prom_parse(r.body);
+  for (const char* n :
+       {"cortiq_requests_total", "cortiq_prompt_tokens_total", "cortiq_completion_tokens_total",
+        "cortiq_prompt_cache_hits_total", "cortiq_queue_depth", "cortiq_slots_busy",
+        "cortiq_decode_tokens_per_second", "cortiq_time_to_first_token_seconds"})
+    EXPECT_TRUE(types.count(n)) << n << "\n" << r.body;
+  EXPECT_EQ(types["cortiq_time_to_first_token_seconds"], "histogram");
+  const std::string emb200 = R"(cortiq_requests_total{method="POST",path="/v1/embeddings",status="200"})";
+  EXPECT_EQ(prom_value(r.body, emb200), 4);
+  EXPECT_EQ(prom_value(r.body, R"(cortiq_requests_total{method="POST",path="/v1/embeddings",status="400"})"),
+            9);
+  EXPECT_EQ(prom_value(r.body, "cortiq_embedding_tokens_total"),
+            double(3 * ids_a.size() + ids_b.size() + ids_a.size()));
+  EXPECT_EQ(prom_value(r.body, "cortiq_completion_tokens_total"), 0);
+  EXPECT_EQ(prom_value(r.body, R"(cortiq_time_to_first_token_seconds_bucket{le="+Inf"})"), 0);
+  EXPECT_EQ(prom_value(r.body, "cortiq_slots"), 1);
+  const std::string chat = R"({"messages":[{"role":"user","content":"Hi"}],"temperature":0,"max_tokens":5})";
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(http(port_, "POST", "/v1/chat/completions", chat).status, 200);
+  r = http(port_, "GET", "/metrics");
+  prom_parse(r.body);
+  EXPECT_EQ(
+      prom_value(r.body, R"(cortiq_requests_total{method="POST",path="/v1/chat/completions",status="200"})"),
+      2);
+  EXPECT_EQ(prom_value(r.body, R"(cortiq_requests_total{method="GET",path="/metrics",status="200"})"), 1);
+  EXPECT_EQ(prom_value(r.body, "cortiq_completion_tokens_total"), 10);
+  EXPECT_GT(prom_value(r.body, "cortiq_prompt_tokens_total"), 0);
+  EXPECT_EQ(prom_value(r.body, R"(cortiq_generations_total{finish="length"})"), 2);
+  EXPECT_EQ(prom_value(r.body, R"(cortiq_time_to_first_token_seconds_bucket{le="+Inf"})"), 2);
+  EXPECT_EQ(prom_value(r.body, "cortiq_time_to_first_token_seconds_count"), 2);
+  // the second identical prompt reused the slot's prompt cache
+  EXPECT_EQ(prom_value(r.body, "cortiq_prompt_cache_hits_total"), 1);
+  EXPECT_GT(prom_value(r.body, "cortiq_prompt_tokens_cached_total"), 0);
+  EXPECT_GT(prom_value(r.body, "cortiq_decode_tokens_per_second"), 0);
+  EXPECT_EQ(prom_value(r.body, "cortiq_queue_depth"), 0);
+  stop_server();
+}
+
+// The chat page at / in headless chromium (tests/clients/page_test.mjs): the 401 dialog, a streamed
+// chat answer equal to the server's, a reload that keeps the conversation, completion mode, and
+// screenshots in <build>/test-output/ (or $CORTIQ_TEST_OUTPUT).
+TEST_F(ServeE2E, ChatPageInChromium) {
+  if (dir_.empty()) GTEST_SKIP() << "models/stories260K missing";
+  ASSERT_TRUE(ok_);
+  if (!cortiq::server::server_available()) GTEST_SKIP() << "built without cpp-httplib";
+  start_server("--parallel 1 --threads 1 --api-key sekret");
+  ASSERT_GT(port_, 0) << "server did not start";
+  // the page itself needs no key, names no other origin and is the embedded file
+  auto r = http(port_, "GET", "/");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.head.find("Content-Type: text/html"), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("connect-src 'self'"), std::string::npos) << r.head;
+  std::ifstream f(fs::path(CORTIQ_SOURCE_DIR) / "web" / "index.html", std::ios::binary);
+  EXPECT_EQ(r.body, std::string(std::istreambuf_iterator<char>(f), {}));
+  EXPECT_EQ(r.body.find("http://"), std::string::npos);
+  EXPECT_EQ(r.body.find("https://"), std::string::npos);
+  EXPECT_EQ(http(port_, "POST", "/", "{}", "Authorization: Bearer sekret\r\n").status, 405);
+  EXPECT_EQ(http(port_, "GET", "/props").status, 401);
+
+  const fs::path clients = fs::path(CORTIQ_SOURCE_DIR) / "tests" / "clients";
+  std::string chrome;
+  for (const char* c : {"/usr/lib/chromium/chromium", "/usr/bin/chromium"})
+    if (chrome.empty() && fs::exists(c)) chrome = c;
+  int rc = 0;
+  sh("node --version >/dev/null 2>&1", &rc);
+  if (rc != 0 || chrome.empty() || !fs::exists(clients / "node_modules" / "playwright-core")) {
+    stop_server();
+    GTEST_SKIP() << "node, chromium or tests/clients/node_modules/playwright-core missing (apt-get install "
+                    "chromium; npm ci in tests/clients)";
+  }
+  const char* env_out = std::getenv("CORTIQ_TEST_OUTPUT");
+  const fs::path out = env_out ? fs::path(env_out) : fs::path(CORTIQ_CLI_PATH).parent_path() / "test-output";
+  fs::create_directories(out);
+  fs::remove(out / "chat_page_chat.png");
+  const std::string log =
+      sh("cd " + clients.string() + " && CORTIQ_BASE=http://127.0.0.1:" + std::to_string(port_) +
+             " CORTIQ_KEY=sekret CORTIQ_CHROME=" + chrome + " CORTIQ_OUT=" + out.string() +
+             " timeout 60 node page_test.mjs 2>&1",
+         &rc);
+  std::printf("%s", log.c_str());
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_TRUE(fs::exists(out / "chat_page_chat.png"));
+  EXPECT_TRUE(fs::exists(out / "chat_page_completion.png"));
+  EXPECT_TRUE(alive());
   stop_server();
 }
 

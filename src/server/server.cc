@@ -4,6 +4,7 @@
 
 #ifdef CORTIQ_WITH_HTTPLIB
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +24,9 @@
 #include "runtime/engine.h"
 #include "server/api.h"
 #include "server/connection.h"
+#include "server/embeddings.h"
+#include "server/metrics.h"
+#include "server/page.h"
 #include "server/shutdown.h"
 #include "specialize/skill_choice.h"
 #include "tokenizer/chat_template.h"
@@ -50,6 +54,19 @@ using clock_type = std::chrono::steady_clock;
 /// releaser, on the same thread) closes it.
 thread_local uint64_t t_request = 0;
 thread_local bool t_streaming = false;
+
+/// `/props`' build_info: the version, the compiler and the build type.
+std::string build_info() {
+#ifndef CORTIQ_VERSION_STRING
+#define CORTIQ_VERSION_STRING "unknown"
+#endif
+#ifdef NDEBUG
+  const char* type = "release";
+#else
+  const char* type = "debug";
+#endif
+  return std::string("cortiq ") + CORTIQ_VERSION_STRING + " (" + __VERSION__ + ", " + type + ")";
+}
 
 int64_t unix_now() {
   return static_cast<int64_t>(std::time(nullptr));
@@ -306,6 +323,107 @@ class Service {
     send_json(res, 200, {{"content", lm_.tokenizer->decode(ids, skip)}});
   }
 
+  // ---- embeddings, metrics, props, the chat page (issue 33) ------------------------------
+
+  Metrics& metrics() { return metrics_; }
+
+  /// POST /v1/embeddings (server/embeddings.h). Runs on the calling worker with its own Model over
+  /// the engine's weights (one request at a time), not in the engine's slots.
+  void embeddings(const httplib::Request& req, httplib::Response& res) {
+    const EmbeddingRequest r = parse_embedding_request(parse_body(req));
+    if (const std::string why = embedding_unusable(*lm_.model); !why.empty())
+      throw ApiError(400, "this model has no usable hidden state for embeddings: " + why,
+                     "invalid_request_error", "model", "embeddings_unsupported");
+    const size_t hd = lm_.model->arch().hidden_size;
+    if (r.dimensions && *r.dimensions != hd)
+      throw ApiError(400,
+                     "'dimensions' " + std::to_string(*r.dimensions) + " is not this model's hidden size " +
+                         std::to_string(hd) + " (vectors are not truncated)",
+                     "invalid_request_error", "dimensions");
+    std::vector<std::vector<uint32_t>> toks;
+    for (const auto& in : r.inputs) {
+      std::vector<uint32_t> ids = in.is_text ? lm_.encode_raw(in.text) : in.ids;
+      for (uint32_t v : ids)
+        if (v >= lm_.model->vocab_size())
+          throw ApiError(400, "token id " + std::to_string(v) + " is out of the vocabulary",
+                         "invalid_request_error", "input");
+      if (ids.empty()) throw ApiError(400, "an input has no tokens", "invalid_request_error", "input");
+      if (ids.size() > lm_.ctx)
+        throw ApiError(400,
+                       "an input is " + std::to_string(ids.size()) + " tokens; the context holds " +
+                           std::to_string(lm_.ctx),
+                       "invalid_request_error", "input", "context_length_exceeded");
+      toks.push_back(std::move(ids));
+    }
+    ojson data = ojson::array();
+    size_t n = 0;
+    {
+      std::lock_guard<std::mutex> g(embed_mu_);
+      if (!embedder_) embedder_ = model::Model::create(lm_.model->weights(), lm_.model_options);
+      for (size_t i = 0; i < toks.size(); ++i) {
+        const auto v = embed_tokens(*embedder_, toks[i], r.pooling, lm_.variant.get());
+        n += toks[i].size();
+        data.push_back({{"object", "embedding"},
+                        {"index", i},
+                        {"embedding", r.base64 ? ojson(floats_base64(v)) : ojson(v)}});
+      }
+    }
+    metrics_.embedded(n);
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", std::move(data)},
+               {"model", r.model.empty() ? model_id_ : r.model},
+               {"usage", {{"prompt_tokens", n}, {"total_tokens", n}}}});
+  }
+
+  /// GET /metrics: Prometheus text (server/metrics.h).
+  void metrics_page(httplib::Response& res) {
+    const auto st = engine_->stats();
+    res.status = 200;
+    res.set_content(metrics_.render({st.waiting, st.active, opt_.parallel, inflight_.size()}),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  }
+
+  /// GET /props: llama-server's shape where it has one (default_generation_settings, total_slots,
+  /// model_path, chat_template, build_info) and Cortiq's own (model id, tasks, skills).
+  void props(httplib::Response& res) {
+    const SamplingOptions d;                                             // a request's defaults
+    auto num = [](float f) { return std::stod(fmt::format("{}", f)); };  // 0.7, not 0.699999988
+    const auto& a = lm_.model->arch();
+    ojson tasks = ojson::array();
+    if (const auto* cat = lm_.reader->masks())
+      for (const auto& m : cat->masks) tasks.push_back(m.name);
+    ojson skills = ojson::array();
+    for (const auto& sk : lm_.reader->skills()) skills.push_back(sk.id);
+    send_json(res, 200,
+              {{"model", model_id_},
+               {"model_path", opt_.model_path},
+               {"arch", a.arch_name},
+               {"n_ctx", lm_.ctx},
+               {"n_vocab", lm_.model->vocab_size()},
+               {"n_embd", a.hidden_size},
+               {"n_layer", a.num_layers},
+               {"total_slots", opt_.parallel},
+               {"queue", opt_.queue},
+               {"default_generation_settings",
+                {{"n_ctx", lm_.ctx},
+                 {"params",
+                  {{"temperature", num(d.sampler.temperature)},
+                   {"top_k", d.sampler.top_k},
+                   {"top_p", num(d.sampler.top_p)},
+                   {"min_p", num(d.sampler.min_p)},
+                   {"repeat_penalty", num(d.repeat_penalty)}}}}},
+               {"chat_template", tmpl_ ? ojson(tmpl_->source()) : ojson(nullptr)},
+               {"has_chat_template", static_cast<bool>(tmpl_)},
+               {"default_task", lm_.active_task},
+               {"tasks", std::move(tasks)},
+               {"skills", std::move(skills)},
+               {"api_key_required", !opt_.api_key.empty()},
+               {"embeddings", embedding_unusable(*lm_.model).empty()},
+               {"build_info", build_info()},
+               {"modalities", {{"vision", false}, {"audio", false}}}});
+  }
+
   // ---- generation -------------------------------------------------------------------------
 
   void chat(const httplib::Request& req, httplib::Response& res) {
@@ -535,6 +653,7 @@ class Service {
     g.created = unix_now();
     g.prompt_tokens = job->prompt.size();
     g.ch = attach(job);
+    watch(*job);
     g.fd = fd;
     g.route = req.method + " " + req.path;
     g.started = clock_type::now();
@@ -853,6 +972,33 @@ class Service {
     return job;
   }
 
+  /// Feeds `job`'s time to first token, tokens and finish into metrics_ (chains its on_token and
+  /// on_done). Called before the job is submitted.
+  void watch(Job& job) {
+    struct Times {
+      clock_type::time_point queued = clock_type::now(), first{};
+      bool got_first = false;
+    };
+    auto t = std::make_shared<Times>();
+    job.on_token = [this, t, prev = std::move(job.on_token)](uint32_t id) {
+      if (!t->got_first) {
+        t->got_first = true;
+        t->first = clock_type::now();
+        metrics_.first_token(std::chrono::duration<double>(t->first - t->queued).count());
+      }
+      if (prev) prev(id);
+    };
+    Job* jp = &job;  // the callback lives in the job
+    job.on_done = [this, t, jp, prev = std::move(job.on_done)](const std::string& finish, size_t n,
+                                                               const std::string& err) {
+      metrics_.prompt(jp->prompt.size(), jp->cached_tokens);
+      const double decode =
+          t->got_first ? std::chrono::duration<double>(clock_type::now() - t->first).count() : 0.0;
+      metrics_.generation(finish, n, decode);
+      if (prev) prev(finish, n, err);
+    };
+  }
+
   static std::shared_ptr<Channel> attach(const std::shared_ptr<Job>& job) {
     auto ch = std::make_shared<Channel>();
     job->on_text = [ch](std::string_view t, std::vector<TokenLogprob>&& lps) {
@@ -952,6 +1098,7 @@ class Service {
   }
 
   ServerOptions opt_;
+  Metrics metrics_;     ///< outlives engine_ (its callbacks write here)
   InFlight& inflight_;  ///< the requests being answered (for the shutdown)
   runtime::LoadedModel lm_;
   std::string model_id_;
@@ -969,6 +1116,8 @@ class Service {
   std::mutex skills_mu_;                  ///< guards bindings_ and router_
   std::unique_ptr<model::Model> router_;  ///< the backbone, for routing requests (one thread)
   std::map<std::string, std::shared_ptr<const runtime::SkillBinding>> bindings_;
+  std::mutex embed_mu_;                     ///< guards embedder_
+  std::unique_ptr<model::Model> embedder_;  ///< /v1/embeddings' model over the engine's weights (lazy)
 };
 
 }  // namespace
@@ -1041,10 +1190,16 @@ int run_server(const ServerOptions& opt) {
   // thread, with their handler time.
   // (The logger and the error handler run outside cpp-httplib's try around handlers: nothing may
   // escape them.)
-  http.set_logger([&opt](const httplib::Request& req, const httplib::Response& res) {
+  // Every answer is also counted in /metrics, by its route's pattern (route_label, set below).
+  std::function<std::string(const std::string&)> route_label;
+  http.set_logger([&opt, &svc, &route_label](const httplib::Request& req, const httplib::Response& res) {
     if (opt.log_requests && !t_request_logged)
       std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
     t_request_logged = false;
+    try {
+      svc.metrics().request(req.method, route_label ? route_label(req.path) : "other", res.status);
+    } catch (...) {
+    }
   });
 
   const std::string key = opt.api_key;
@@ -1116,7 +1271,9 @@ int run_server(const ServerOptions& opt) {
     if (auto ct = req.headers.find("Content-Type");
         ct != req.headers.end() && ct->second.rfind("application/x-www-form-urlencoded", 0) == 0)
       const_cast<httplib::Request&>(req).headers.erase(ct);
-    if (key.empty() || req.path == "/health" || req.path == "/healthz")
+    // The chat page itself is public (it asks for the key and sends it with every call it makes).
+    if (key.empty() || req.path == "/health" || req.path == "/healthz" ||
+        (req.path == "/" && req.method == "GET"))
       return httplib::Server::HandlerResponse::Unhandled;
     // `Authorization: Bearer KEY` (the scheme is case-insensitive, RFC 9110 §11.1) or, as llama.cpp's
     // server also takes it, `X-Api-Key: KEY`.
@@ -1155,9 +1312,28 @@ int run_server(const ServerOptions& opt) {
        [&](const httplib::Request& q, httplib::Response& res) { svc.chat(q, res); }},
       {"POST", "/v1/completions",
        [&](const httplib::Request& q, httplib::Response& res) { svc.completions(q, res); }},
+      {"POST", "/v1/embeddings",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.embeddings(q, res); }},
+      {"GET", "/metrics", [&](const httplib::Request&, httplib::Response& res) { svc.metrics_page(res); }},
+      {"GET", "/props", [&](const httplib::Request&, httplib::Response& res) { svc.props(res); }},
+      {"GET", "/",
+       [&](const httplib::Request&, httplib::Response& res) {
+         res.set_content(std::string(chat_page_html()), "text/html; charset=utf-8");
+         res.set_header("Cache-Control", "no-cache");
+         // the page loads nothing from elsewhere: no script or style outside itself, calls to this origin
+         // only
+         res.set_header("Content-Security-Policy",
+                        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                        "connect-src 'self'; img-src data:");
+       }},
   };
   std::map<std::string, std::string, std::less<>> route_method;
   for (const Route& r : routes) route_method[r.path] = r.method;
+  route_label = [&route_method](const std::string& path) -> std::string {
+    if (route_method.count(path)) return path;
+    if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+    return "other";
+  };
   http.set_error_handler([&route_method](const httplib::Request& req, httplib::Response& res) noexcept {
     if (!res.body.empty()) return;
     try {

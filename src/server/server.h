@@ -9,6 +9,9 @@
 // and its chat-template render. An exception escaping a handler answers that request with an
 // OpenAI error (api_error_of); the server goes on. SIGTERM/SIGINT: bounded stop (server/shutdown.h).
 // GET /health: {status, model, slots, active, waiting, completed, cancelled, capabilities}.
+// Issue 33: GET / is the chat page (server/page.h; served without the key, which it asks for),
+// POST /v1/embeddings (server/embeddings.h), GET /metrics (Prometheus text, server/metrics.h),
+// GET /props (llama-server's shape: model, n_ctx, slots, chat template, build).
 #pragma once
 
 #include <cstddef>

@@ -56,6 +56,20 @@ await check('models.list', async () => {
   assert.equal(page.data[0].owned_by, 'cortiq');
 });
 
+await check('embeddings.create (the SDK asks for base64): unit vectors, one per input, usage', async () => {
+  const r = await client.embeddings.create({ model: 'cortiq', input: ['Once upon a time', 'The cat'] });
+  assert.equal(r.data.length, 2);
+  assert.equal(r.data[1].index, 1);
+  for (const d of r.data) {
+    assert.ok(d.embedding.length > 0);
+    const n2 = d.embedding.reduce((a, x) => a + x * x, 0);
+    assert.ok(Math.abs(n2 - 1) < 1e-5, `|v|^2 = ${n2}`);
+  }
+  assert.notDeepEqual(r.data[0].embedding, r.data[1].embedding);
+  assert.equal(r.usage.prompt_tokens, (await tokenCount({ content: 'Once upon a time', add_special: true })) +
+    (await tokenCount({ content: 'The cat', add_special: true })));
+});
+
 await check('chat non-stream greedy equals cortiq run --greedy; usage = tokenizer counts', async () => {
   const r = await client.chat.completions.create({
     model: 'stories', messages: chatMessages, temperature: 0, max_tokens: EXPECT.chat.n,
