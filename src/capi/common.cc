@@ -1,11 +1,12 @@
 // Errors, handle registry and strings of the C API (include/cortiq.h).
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <unordered_set>
 
-#include "capi/handles.h"
+#include "capi/errors.h"
 #include "util/error.h"
 
 namespace cortiq::capi {

@@ -1,11 +1,16 @@
 // cortiq_file_*: opening, verifying and describing a .cmf file or shard set (include/cortiq.h).
 #include <nlohmann/json.hpp>
 
-#include "capi/handles.h"
+#include "capi/errors.h"
+#include "cmf/reader.h"
 #include "util/error.h"
 
 using namespace cortiq;
 using namespace cortiq::capi;
+
+struct cortiq_file {
+  cortiq::cmf::Reader reader;
+};
 
 extern "C" {
 
