@@ -188,7 +188,8 @@ typedef enum cortiq_finish {
   CORTIQ_FINISH_STOP = 1,       /**< an end-of-generation id or a stop string */
   CORTIQ_FINISH_MAX_TOKENS = 2, /**< max_tokens reached */
   CORTIQ_FINISH_LENGTH = 3,     /**< the context is full */
-  CORTIQ_FINISH_CANCELLED = 4   /**< the callback returned nonzero / cortiq_stream_cancel */
+  CORTIQ_FINISH_CANCELLED = 4   /**< the callback returned nonzero / cortiq_stream_cancel; no piece
+                                     is delivered after it */
 } cortiq_finish;
 
 typedef struct cortiq_generate_result {
@@ -215,7 +216,10 @@ CORTIQ_API cortiq_status cortiq_stream_begin(cortiq_context* c, const int32_t* p
 /** Waits for the next piece of text: returns 1 with *piece and *len set (valid until the next call on
  *  the stream), 0 when the generation has ended, or a negative error code (the error that ended it). */
 CORTIQ_API int cortiq_stream_next(cortiq_stream* s, const char** piece, size_t* len);
-/** Asks the generation to stop (takes effect at its next step). */
+/** Stops the generation: the engine stops at its next step, cortiq_stream_next returns 0 from now
+ *  on (pieces not yet delivered are dropped) and the finish is CORTIQ_FINISH_CANCELLED — also when
+ *  the engine, which runs ahead of the reader, had already reached the end. Any thread may call it
+ *  while the stream lives. */
 CORTIQ_API void cortiq_stream_cancel(cortiq_stream* s);
 /** Ends the stream (cancelling it if still running, waiting for it) and frees it; `result` may be NULL. */
 CORTIQ_API cortiq_status cortiq_stream_free(cortiq_stream* s, cortiq_generate_result* result);

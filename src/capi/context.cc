@@ -243,8 +243,8 @@ int cortiq_stream_next(cortiq_stream* s, const char** piece, size_t* len) {
     need(piece, "piece");
     need(len, "len");
     std::unique_lock<std::mutex> lk(s->out->mu);
-    s->out->cv.wait(lk, [&] { return s->out->done || !s->out->pieces.empty(); });
-    if (!s->out->pieces.empty()) {
+    s->out->cv.wait(lk, [&] { return s->out->done || !s->out->pieces.empty() || s->cancelled; });
+    if (!s->out->pieces.empty() && !s->cancelled) {
       s->piece = std::move(s->out->pieces.front());
       s->out->pieces.pop_front();
       *piece = s->piece.c_str();
@@ -253,13 +253,17 @@ int cortiq_stream_next(cortiq_stream* s, const char** piece, size_t* len) {
     }
     *piece = "";
     *len = 0;
-    if (s->out->finish == "error") throw_failure(*s->job, *s->out);
+    if (s->out->done && s->out->finish == "error") throw_failure(*s->job, *s->out);
     return CORTIQ_OK;
   });
 }
 
 void cortiq_stream_cancel(cortiq_stream* s) {
-  if (is_live(s)) s->job->cancel = true;
+  if (!is_live(s)) return;
+  s->job->cancel = true;
+  std::lock_guard<std::mutex> g(s->out->mu);
+  s->cancelled = true;
+  s->out->cv.notify_all();
 }
 
 cortiq_status cortiq_stream_free(cortiq_stream* s, cortiq_generate_result* result) {
@@ -268,11 +272,15 @@ cortiq_status cortiq_stream_free(cortiq_stream* s, cortiq_generate_result* resul
   cortiq_status rc = CORTIQ_OK;
   {
     std::unique_lock<std::mutex> lk(s->out->mu);
-    if (!s->out->done) s->job->cancel = true;
+    if (!s->out->done) {
+      s->job->cancel = true;
+      s->cancelled = true;
+    }
     s->out->cv.wait(lk, [&] { return s->out->done; });
     if (result) {
       *result = cortiq_generate_result{};
-      result->finish = finish_of(s->out->finish, s->out->tokens, s->max_tokens);
+      result->finish =
+          s->cancelled ? CORTIQ_FINISH_CANCELLED : finish_of(s->out->finish, s->out->tokens, s->max_tokens);
       result->prompt_tokens = s->job->prompt.size();
       result->reused_tokens = s->job->cached_tokens;
       result->generated_tokens = s->out->tokens;

@@ -1,6 +1,7 @@
 // The C API's model, context and stream handles (include/cortiq.h).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -57,5 +58,8 @@ struct cortiq_stream {
   std::shared_ptr<cortiq::runtime::Job> job;
   std::shared_ptr<cortiq::capi::JobOutcome> out;
   size_t max_tokens = 0;
+  /// cortiq_stream_cancel was called: pieces not yet delivered are dropped and the finish is
+  /// "cancelled" even when the engine reached the end first (it runs ahead of the reader).
+  std::atomic<bool> cancelled{false};
   std::string piece;  ///< the piece cortiq_stream_next returned last
 };
