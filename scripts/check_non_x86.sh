@@ -19,7 +19,7 @@ gcc_ver=$(ls /usr/include/c++ | sort -V | tail -1)
 multi=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 export SHIM="$shim" GCCV="$gcc_ver" MULTI="$multi"
 check() {
-  clang++ --target=aarch64-linux-gnu -std=c++20 -fsyntax-only -Wno-everything -Isrc -Itests -isystem "$SHIM" \
+  clang++ --target=aarch64-linux-gnu -std=c++20 -fsyntax-only -Wno-everything -Isrc -Iinclude -Itests -isystem "$SHIM" \
     -isystem "/usr/include/c++/$GCCV" -isystem "/usr/include/$MULTI/c++/$GCCV" -isystem /usr/include \
     -isystem "/usr/include/$MULTI" -DFMT_SHARED -DCORTIQ_SOURCE_DIR='"."' -DCORTIQ_CLI_PATH='"cortiq"' "$1" \
     2>&1 | grep -E "error:" | sed "s|^|$1: |" || true
