@@ -40,19 +40,34 @@ for d in $DOMAINS; do
     --prompts "$OUT/prompts-$d.txt" --rank 8 -o "$OUT/skills.next" | tee -a "$OUT/results.txt"
   mv "$OUT/skills.next" "$OUT/skills.tmp"
 done
-mv "$OUT/skills.tmp" "$OUT/testbed-skills.cmf"
+# router calibration (header.routing: temperature, novelty θ) from windows of the VAL splits — held
+# out from the descriptors' train-split prompts and from the test splits measured below
+cal=()
+for d in $DOMAINS; do cal+=(--domain "$d=$CORPUS/$d/val.txt"); done
+$BIN skill calibrate "$OUT/skills.tmp" "${cal[@]}" --tokens 32 --samples 48 -o "$OUT/testbed-skills.cmf" \
+  | tee -a "$OUT/results.txt"
+rm "$OUT/skills.tmp"
 $BIN skill list "$OUT/testbed-skills.cmf" | tee -a "$OUT/results.txt"
 ls -l "$OUT/base.cmf" "$OUT/testbed-skills.cmf" | tee -a "$OUT/results.txt"
 
 ppl() { $BIN ppl "$1" -f "$2" --ctx 256 --chunks 24 2>/dev/null | sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
-echo "| domain | backbone ppl | skill ppl | change |" | tee -a "$OUT/results.txt"
+echo "| domain | backbone ppl | skill ppl | change | auto ppl (routed to) |" | tee -a "$OUT/results.txt"
 for d in $DOMAINS; do
   $BIN skill materialize "$OUT/testbed-skills.cmf" "$d" -o "$OUT/spec-$d.cmf" >/dev/null
   $BIN skill export "$OUT/spec-$d.cmf" --base "$OUT/base.cmf" --id "$d" -o "$OUT/skill-$d.cmf" >/dev/null
   $BIN skill apply "$OUT/base.cmf" "$OUT/skill-$d.cmf" -o "$OUT/applied-$d.cmf" >/dev/null
   b=$(ppl "$OUT/base.cmf" "$CORPUS/$d/test.txt")
   s=$(ppl "$OUT/applied-$d.cmf" "$CORPUS/$d/test.txt")
-  echo "| $d | $b | $s | $(python3 -c "print(f'{($s/$b-1)*100:+.1f} %')") |" | tee -a "$OUT/results.txt"
+  # routed: --skill auto on the skills file (the decision is taken on the text's first 128 tokens)
+  a=$($BIN ppl "$OUT/testbed-skills.cmf" -f "$CORPUS/$d/test.txt" --ctx 256 --chunks 24 --skill auto 2>"$OUT/auto-$d.err" \
+    | sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p')
+  to=$(sed -n 's/^routed to \(skill: \)\{0,1\}\([A-Za-z0-9_-]*\).*/\2/p' "$OUT/auto-$d.err" | head -1)
+  echo "| $d | $b | $s | $(python3 -c "print(f'{($s/$b-1)*100:+.1f} %')") | $a ($to) |" | tee -a "$OUT/results.txt"
+done
+# resident memory: the backbone alone vs one skill active (bench's RSS line after its tests, mmap)
+for sk in none code; do
+  $BIN bench "$OUT/testbed-skills.cmf" --skill "$sk" -p 64 -n 16 -r 1 -t 1 2>/dev/null \
+    | grep -E '^(skill|load):' | tee -a "$OUT/results.txt"
 done
 doms=()
 for d in $DOMAINS; do doms+=(--domain "$d=$CORPUS/$d/test.txt"); done

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -113,9 +114,10 @@ class SkillsRun : public ::testing::Test {
   }
 
   /// `cortiq <args>` → stdout; stderr into `err` when given.
-  static std::string cli(const std::string& args, int* rc = nullptr, std::string* err = nullptr) {
+  static std::string cli(const std::string& args, int* rc = nullptr, std::string* err = nullptr,
+                         const std::string& env = "") {
     const std::string ef = (dir_ / "stderr.txt").string();
-    std::string out = sh(std::string(CORTIQ_CLI_PATH) + " " + args + " 2>" + ef, rc);
+    std::string out = sh(env + std::string(CORTIQ_CLI_PATH) + " " + args + " 2>" + ef, rc);
     if (err) *err = sh("cat " + ef);
     return out;
   }
@@ -222,9 +224,98 @@ TEST_F(SkillsRun, PplTakesTheSkillFlags) {
   EXPECT_EQ(routed, ppl(skills(), " --skill " + id)) << id;
 }
 
+TEST_F(SkillsRun, RouteDynamicSwitchesWhenThePromptChangesDomain) {
+  REQUIRE_FILE();
+  int rc = 0;
+  std::string err;
+  const std::string tail = " --greedy -n 10 --exact --threads 1";
+  // A prompt that stays in a's domain: the dynamic router keeps a, and the sequence (which now
+  // carries its skill through the engine) prints what `--skill a` prints.
+  const std::string same = std::string(" -p '") + kPromptA1 + ". " + kPromptA2 + "'";
+  const std::string a = cli("run " + skills() + same + tail + " --skill a", &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(err.find("[route:"), std::string::npos) << err;  // no flag: no re-routing
+  EXPECT_EQ(cli("run " + skills() + same + tail + " --skill a --route-dynamic", &rc, &err), a);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("dynamic routing: EON 0.62, EOFF 0.74, MARGIN 0.03, PERIOD 8"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("[route:"), std::string::npos) << err;
+  // Starting on a with a prompt whose last 32 tokens are b's text: the first evaluation (right
+  // after the prefill) switches to b, and the text differs from a run that stays on a.
+  const std::string change = std::string(" -p '") + kPromptA1 + ". " + kPromptB1 + ". " + kPromptB2 + "'";
+  const std::string stay = cli("run " + skills() + change + tail + " --skill a", &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  const std::string dyn = cli("run " + skills() + change + tail + " --skill a --route-dynamic", &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("[route: a -> b at token "), std::string::npos) << err;
+  EXPECT_NE(dyn, stay);
+  // Bad input: a blend, thresholds that are not numbers or leave no band, a file without skills.
+  cli("run " + skills() + change + tail + " --blend a:1 --route-dynamic", &rc, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--route-dynamic and --blend"), std::string::npos) << err;
+  cli("run " + skills() + change + tail + " --route-dynamic", &rc, &err, "CMF_ROUTE_EON=x ");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("CMF_ROUTE_EON='x' is not a number"), std::string::npos) << err;
+  cli("run " + skills() + change + tail + " --route-dynamic", &rc, &err, "CMF_ROUTE_EON=0.9 ");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("EON 0.9 above EOFF 0.74"), std::string::npos) << err;
+  cli("run " + base() + change + tail + " --route-dynamic", &rc, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("no skill of this file has a routing descriptor"), std::string::npos) << err;
+}
+
+TEST_F(SkillsRun, CalibrateWritesHeaderRoutingThatRoutingThenUses) {
+  REQUIRE_FILE();
+  int rc = 0;
+  std::string err;
+  const std::string fa = (dir_ / "held-a.txt").string(), fb = (dir_ / "held-b.txt").string();
+  {
+    std::ofstream a(fa), b(fb);
+    for (int i = 0; i < 12; ++i) {
+      a << kPromptA1 << ". " << kPromptA2 << ". ";
+      b << kPromptB1 << ". " << kPromptB2 << ". ";
+    }
+  }
+  const std::string cal = (dir_ / "cal.cmf").string();
+  const std::string args = "skill calibrate " + skills() + " --domain a=" + fa + " --domain b=" + fb +
+                           " --tokens 12 --samples 10 --threads 1";
+  const std::string out = cli(args + " -o " + cal, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(out.find("header.routing: temperature "), std::string::npos) << out;
+  const auto r = cmf::Reader::open(cal);
+  ASSERT_TRUE(r.header().routing.has_value());
+  const auto& j = *r.header().routing;
+  const double t = j["temperature"].get<double>(), theta = j["novelty_theta"].get<double>();
+  // T lies on the grid 1e-3·1.15^k; θ in (0, 0.999]; 20 windows; the default target fpr
+  const double k = std::log(t / 1e-3) / std::log(1.15);
+  EXPECT_NEAR(k, std::round(k), 1e-6) << t;
+  EXPECT_GT(theta, 0.0);
+  EXPECT_LE(theta, 0.999);
+  EXPECT_EQ(j["samples"], 20);
+  EXPECT_EQ(j["target_fpr"], 0.05);
+  // the original is untouched; routing on the calibrated file uses the calibration
+  EXPECT_FALSE(cmf::Reader::open(skills()).header().routing.has_value());
+  const std::string ex = cli("explain " + cal + " -p '" + kPromptA1 + "' --threads 1", &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(ex.find("calibrated novelty"), std::string::npos) << ex;
+  // bad input names the field; nothing written
+  const std::string none = (dir_ / "none.cmf").string();
+  cli(args + " --fpr 1.5 -o " + none, &rc, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--fpr 1.5 is not in (0, 1)"), std::string::npos) << err;
+  cli("skill calibrate " + skills() + " --domain zz=" + fa + " -o " + none, &rc, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--domain zz"), std::string::npos) << err;
+  cli("skill calibrate " + skills() + " --domain a -o " + none, &rc, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("expected ID=FILE"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(none));
+}
+
 /// POST/GET over a fresh loopback connection (Connection: close) → the response body (chunked
 /// bodies are not expected: no streaming here); "" when the server cannot be reached.
-std::string http(int port, const std::string& method, const std::string& path, const std::string& body = "") {
+std::string http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                 const std::string& headers = "") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -234,7 +325,7 @@ std::string http(int port, const std::string& method, const std::string& path, c
     ::close(fd);
     return "";
   }
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers;
   if (method == "POST")
     req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
@@ -248,14 +339,14 @@ std::string http(int port, const std::string& method, const std::string& path, c
   return h == std::string::npos ? "" : resp.substr(h + 4);
 }
 
-TEST_F(SkillsRun, ServeListsSkillsAndDecodesMixedSkillsInOneBatch) {
-  REQUIRE_FILE();
-  const fs::path out = dir_ / "serve.out";
+/// Starts `cortiq serve MODEL --port 0 FLAGS` in the background; its pid and port (0: it did not come up).
+std::pair<pid_t, int> start_server(const fs::path& dir, const std::string& model, const std::string& flags) {
+  const fs::path out = dir / "serve.out";
+  fs::remove(out);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string cmd = std::string("exec ") + CORTIQ_CLI_PATH + " serve " + skills() +
-                            " --port 0 --parallel 3 --threads 1 --exact >" + out.string() + " 2>" +
-                            (dir_ / "serve.err").string();
+    const std::string cmd = std::string("exec ") + CORTIQ_CLI_PATH + " serve " + model + " --port 0 " +
+                            flags + " >" + out.string() + " 2>" + (dir / "serve.err").string();
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -268,6 +359,12 @@ TEST_F(SkillsRun, ServeListsSkillsAndDecodesMixedSkillsInOneBatch) {
     else
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  return {pid, port};
+}
+
+TEST_F(SkillsRun, ServeListsSkillsAndDecodesMixedSkillsInOneBatch) {
+  REQUIRE_FILE();
+  const auto [pid, port] = start_server(dir_, skills(), "--parallel 3 --threads 1 --exact");
   ASSERT_GT(port, 0) << sh("cat " + (dir_ / "serve.err").string());
   using json = nlohmann::json;
   const json models = json::parse(http(port, "GET", "/v1/models"), nullptr, false);
@@ -313,6 +410,68 @@ TEST_F(SkillsRun, ServeListsSkillsAndDecodesMixedSkillsInOneBatch) {
   EXPECT_EQ(routed["system_fingerprint"], "skill:a (routed)") << routed.dump();
   EXPECT_EQ(routed["choices"][0]["text"], got[1]["choices"][0]["text"]);
   EXPECT_EQ(bad["error"]["code"], "skill_not_found") << bad.dump();
+}
+
+TEST_F(SkillsRun, ServeHotLoadsAndDropsASkillFile) {
+  REQUIRE_FILE();
+  int rc = 0;
+  std::string err;
+  // skill a cut into a SKILL_FILE against s.cmf (the server's file): materialize → export
+  const std::string spec = (dir_ / "spec-a.cmf").string(), file_a = (dir_ / "a.skill.cmf").string();
+  cli("skill materialize " + skills() + " a -o " + spec, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  cli("skill export " + spec + " --base " + base() + " --id a -o " + file_a, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  const std::string other = (dir_ / "a-other-base.skill.cmf").string();  // cut against skills.cmf
+  cli("skill export " + spec + " --base " + skills() + " --id a -o " + other, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  const auto [pid, port] = start_server(dir_, base(), "--threads 1 --exact --api-key k1 --admin-key k2");
+  ASSERT_GT(port, 0) << sh("cat " + (dir_ / "serve.err").string());
+  using json = nlohmann::json;
+  const std::string user = "Authorization: Bearer k1\r\n", admin = "Authorization: Bearer k2\r\n";
+  auto post = [&](const std::string& body, const std::string& h) {
+    return json::parse(http(port, "POST", "/v1/cortiq/skills", body, h), nullptr, false);
+  };
+  const std::string add = "{\"path\": \"" + file_a + "\"}";
+  const json no_admin = post(add, user);
+  const json added = post(add, admin);
+  const json again = post(add, admin);
+  const json missing = post("{\"path\": \"" + (dir_ / "nope.cmf").string() + "\"}", admin);
+  const json not_skill = post("{\"path\": \"" + base() + "\"}", admin);
+  const json other_base = post("{\"path\": \"" + other + "\", \"id\": \"x\"}", admin);
+  const json bad_field = post("{\"path\": 3}", admin);
+  const json listed = json::parse(http(port, "GET", "/v1/cortiq/skills", "", user), nullptr, false);
+  const std::string req = std::string("{\"prompt\": \"") + kPromptA1 +
+                          "\", \"max_tokens\": 12, \"temperature\": 0, \"cortiq\": {\"skill\": \"a\"}}";
+  const json ran = json::parse(http(port, "POST", "/v1/completions", req, user), nullptr, false);
+  const json dropped = json::parse(http(port, "DELETE", "/v1/cortiq/skills/a", "", admin), nullptr, false);
+  const json gone = json::parse(http(port, "POST", "/v1/completions", req, user), nullptr, false);
+  const json dropped2 = json::parse(http(port, "DELETE", "/v1/cortiq/skills/a", "", admin), nullptr, false);
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
+
+  EXPECT_EQ(no_admin["error"]["code"], "invalid_admin_key") << no_admin.dump();
+  ASSERT_EQ(added["id"], "a") << added.dump();
+  EXPECT_EQ(added["source"], "hot-loaded");
+  EXPECT_EQ(added["tensors"], 1);
+  EXPECT_EQ(again["error"]["code"], "skill_exists") << again.dump();
+  EXPECT_EQ(missing["error"]["code"], "invalid_skill_file") << missing.dump();
+  EXPECT_EQ(missing["error"]["param"], "path");
+  EXPECT_EQ(not_skill["error"]["code"], "invalid_skill_file") << not_skill.dump();
+  EXPECT_EQ(other_base["error"]["code"], "skill_base_mismatch") << other_base.dump();
+  EXPECT_EQ(bad_field["error"]["param"], "path") << bad_field.dump();
+  ASSERT_EQ(listed["skills"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["skills"][0]["id"], "a");
+  // the hot-loaded skill runs what the file's own skill a runs
+  std::string want =
+      cli("run " + skills() + " -p '" + kPromptA1 + "' --greedy -n 12 --exact --threads 1 --skill a");
+  if (!want.empty() && want.back() == '\n') want.pop_back();
+  ASSERT_TRUE(ran.contains("choices")) << ran.dump();
+  EXPECT_EQ(ran["choices"][0]["text"], want);
+  EXPECT_EQ(ran["system_fingerprint"], "skill:a");
+  EXPECT_EQ(dropped["deleted"], true) << dropped.dump();
+  EXPECT_EQ(gone["error"]["code"], "skill_not_found") << gone.dump();
+  EXPECT_EQ(dropped2["error"]["code"], "skill_not_found") << dropped2.dump();
 }
 
 }  // namespace

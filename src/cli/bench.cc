@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "runtime/session.h"
+#include "specialize/skill_choice.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -22,6 +23,7 @@ struct BenchArgs {
   size_t n_prompt = 512, n_gen = 128, reps = 5;
   std::string threads_list = "1,2", parallel_list = "1";
   std::string task = "off";
+  std::string skill, route_prompt;  ///< --skill ID|auto|none, --route-prompt TEXT (what auto routes on)
   uint64_t seed = 42;
   double bw_mib = 0;
   bool json = false, progress = false;
@@ -57,6 +59,21 @@ void bench_cmd(const BenchArgs& a) {
   o.exact = a.load.exact;
   o.no_mmap = a.load.no_mmap;
   o.task = a.task;
+  o.skill = a.skill;
+  if (a.skill == "auto") {
+    if (a.route_prompt.empty())
+      fail(ErrorKind::InvalidArgument,
+           "--skill auto: bench's tokens are random ids, nothing to route on; give --route-prompt TEXT");
+    runtime::LoadOptions lo;
+    lo.skill = "auto";
+    runtime::LoadedModel lm = runtime::load_model(a.model, lo);
+    const specialize::RouteDecision d = specialize::route_prompt(lm, lm.encode_raw(a.route_prompt));
+    o.skill = d.chosen.empty() ? "none" : d.chosen;
+    o.skill_how =
+        d.chosen.empty() ? "auto: routed to backbone (novelty)" : "auto: routed to skill: " + d.chosen;
+  } else if (!a.route_prompt.empty()) {
+    fail(ErrorKind::InvalidArgument, "--route-prompt is only for --skill auto (got --skill '{}')", a.skill);
+  }
   if (a.bw_mib < 0) fail(ErrorKind::InvalidArgument, "--bw-mib {} must be >= 0", a.bw_mib);
   o.bandwidth_bytes = static_cast<uint64_t>(a.bw_mib * 1024.0 * 1024.0);
   runtime::bench::BenchProgress prog;
@@ -101,6 +118,11 @@ void setup(CLI::App& root) {
   c->add_option("--task", a->task,
                 "run the tests under this task mask of the file (off = dense, the default; '' = the "
                 "file's fallback); a mask keeping <= 50% of a layer's FFN reads only its alive rows");
+  c->add_option("--skill", a->skill,
+                "run the tests with this skill of the file on its backbone: an id, 'none' (the backbone, "
+                "default) or 'auto' (routed on --route-prompt); the report says which ran");
+  c->add_option("--route-prompt", a->route_prompt,
+                "text --skill auto routes on (bench's own tokens are random)");
   c->add_option("--bw-mib", a->bw_mib,
                 "bandwidth read-buffer size in MiB (default 2 x LLC within [256, 1024])");
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");

@@ -1,5 +1,6 @@
 // `cortiq run <model.cmf>` — one-shot generation with -p or -f, interactive chat without.
 // Generated text alone goes to stdout; the Ready line, notes and the footer go to stderr.
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,8 +22,9 @@
 
 #include "cli/command.h"
 #include "runtime/session.h"
-#include "tokenizer/output_protocol.h"
+#include "specialize/dynamic_route.h"
 #include "specialize/skill_choice.h"
+#include "tokenizer/output_protocol.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -33,6 +35,7 @@ struct RunArgs {
   int64_t n = 256;            ///< -1: until end of text or the context is full (llama-cli)
   runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, -t
   bool greedy = false, raw = false, no_think = false;
+  bool route_dynamic = false;  ///< --route-dynamic (specialize/dynamic_route.h)
   float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.0f, presence = 0.0f;
   int top_k = 40;
   std::string seed = "-1";  ///< checked by seed_value(); -1 = random (llama-cli)
@@ -181,10 +184,41 @@ void print_footer(const runtime::GenerateResult& r) {
 void run_cmd(const RunArgs& a) {
   const bool one_shot = a.prompt_opt->count() || a.file_opt->count();
   const std::string prompt = a.file_opt->count() ? read_prompt_file(a.prompt_file) : a.prompt;
+  if (a.route_dynamic && !a.load.blend.empty())
+    fail(ErrorKind::InvalidArgument,
+         "--route-dynamic and --blend {}: choose one (dynamic routing runs one skill at a time)",
+         a.load.blend);
+  const specialize::DynamicOptions dyn_opt =
+      a.route_dynamic ? specialize::DynamicOptions::from_env() : specialize::DynamicOptions{};
   runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
   // Skills: a one-shot prompt on a file with routable skills routes when no flag chose (CLI-NOTES run).
-  const std::string routed = specialize::bind_routed(
-      lm, a.load, one_shot && lm.tokenizer ? lm.encode_raw(prompt) : std::vector<uint32_t>{}, true);
+  // With --route-dynamic the model stays on the backbone and the sequence carries its skill.
+  const std::vector<uint32_t> route_ids =
+      one_shot && lm.tokenizer ? lm.encode_raw(prompt) : std::vector<uint32_t>{};
+  std::string routed;
+  std::string dyn_start;  // --route-dynamic: the skill the first turn starts under ("" = backbone)
+  std::unique_ptr<model::Model> dyn_backbone;
+  if (a.route_dynamic) {
+    if (a.load.skill == "auto" || a.load.skill.empty()) {
+      if (!route_ids.empty()) {
+        const specialize::RouteDecision d = specialize::route_prompt(lm, route_ids);
+        dyn_start = d.chosen;
+        routed = d.chosen.empty()
+                     ? fmt::format("routed to backbone (novelty: {})", d.why)
+                     : fmt::format("routed to skill: {} (E = {:.4f})", d.chosen, d.scores[*d.best].e);
+      }
+    } else if (a.load.skill != "none" && a.load.skill != "backbone") {
+      dyn_start = a.load.skill;
+      runtime::bind_skill(lm, "", !a.load.task.empty() && a.load.task != "general");
+    }
+    dyn_backbone = model::Model::create(lm.backbone, lm.model_options);
+    // checks the file has routable skills before anything runs
+    specialize::DynamicRouter probe(*dyn_backbone, lm.reader->skills(), dyn_start, dyn_opt);
+    std::fprintf(stderr, "dynamic routing: EON %.2f, EOFF %.2f, MARGIN %.2f, PERIOD %zu\n", dyn_opt.eon,
+                 dyn_opt.eoff, dyn_opt.margin, dyn_opt.period);
+  } else {
+    routed = specialize::bind_routed(lm, a.load, route_ids, true);
+  }
   if (!routed.empty())
     std::fprintf(stderr, "%s\n", routed.c_str());
   else if (!lm.blend.empty())
@@ -243,6 +277,18 @@ void run_cmd(const RunArgs& a) {
       ids = lm.encode_raw(user);
     }
     g_cancel.store(false);
+    std::shared_ptr<specialize::DynamicRouter> router;
+    if (a.route_dynamic) {
+      router =
+          std::make_shared<specialize::DynamicRouter>(*dyn_backbone, lm.reader->skills(), dyn_start, dyn_opt);
+      auto route = specialize::make_dynamic_route(lm, router, [](const specialize::RouteSwitch& s) {
+        std::fprintf(stderr, "\n[route: %s -> %s at token %zu (E = %.4f)]\n",
+                     s.from.empty() ? "backbone" : s.from.c_str(), s.to.empty() ? "backbone" : s.to.c_str(),
+                     s.at, s.e);
+      });
+      gp.skill = route.initial;
+      gp.reroute = route.reroute;
+    }
     runtime::GenerateResult r;
     {
       const AnsweringScope answering;  // Ctrl-C cancels the answer, also when generate throws
@@ -251,6 +297,7 @@ void run_cmd(const RunArgs& a) {
       printer.finish();
     }
     if (chat) messages.push_back({"assistant", r.text});
+    if (router) dyn_start = router->active();  // the next turn starts where this one ended
     std::fflush(stdout);
     print_footer(r);
     return r;
@@ -335,6 +382,11 @@ void setup(CLI::App& root) {
   add_load_flags(c, a->load);
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
+  c->add_flag(
+      "--route-dynamic", a->route_dynamic,
+      "re-route during generation (ENGINE-NOTES 3.12): every 8 tokens the skill is re-chosen on the "
+      "last 32 tokens, with hysteresis (activate below E 0.62, leave above 0.74 or for a rival better by "
+      "0.03; CMF_ROUTE_EON/EOFF/MARGIN/PERIOD); switches are printed on stderr");
   c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
   c->callback([a] { run_cmd(*a); });
 }

@@ -20,6 +20,13 @@ void setup(CLI::App& root) {
       ->type_name("0..65535");
   c->add_option("--api-key", o->api_key,
                 "require 'Authorization: Bearer KEY' on every route but /health (default: $CORTIQ_API_KEY)");
+  c->add_option(
+      "--admin-key", o->admin_key,
+      "key of the admin routes (POST/DELETE /v1/cortiq/skills: skill hot-load; default: the API key; "
+      "with no key at all they are open)");
+  c->add_flag("--route-dynamic", o->route_dynamic,
+              "requests routed to a skill (auto) re-route during generation (ENGINE-NOTES 3.12 thresholds; "
+              "CMF_ROUTE_EON/EOFF/MARGIN/PERIOD)");
   c->add_option("--parallel,-P", o->parallel, "sequences decoding together, each with its own KV cache (1)");
   c->add_option("--queue", o->queue, "requests that may wait for a slot before 429 (16)");
   c->add_option("--max-body", o->max_body_bytes, "request body limit in bytes (8 MiB; 413 above)");

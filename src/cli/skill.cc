@@ -85,14 +85,38 @@ struct EvalArgs {
   specialize::EvalOptions o;
 };
 
-void eval_cmd(EvalArgs& a) {
+/// `--domain ID=FILE` list → domains; Error(InvalidArgument) naming the entry without ID=FILE.
+std::vector<specialize::EvalDomain> parse_domains(const std::vector<std::string>& domains) {
   std::vector<specialize::EvalDomain> ds;
-  for (const auto& d : a.domains) {
+  for (const auto& d : domains) {
     size_t eq = d.find('=');
-    if (eq == std::string::npos || eq == 0)
+    if (eq == std::string::npos || eq == 0 || eq + 1 == d.size())
       fail(ErrorKind::InvalidArgument, "--domain '{}': expected ID=FILE", d);
     ds.push_back({d.substr(0, eq), d.substr(eq + 1)});
   }
+  return ds;
+}
+
+struct CalibrateArgs {
+  std::string model, output;
+  std::vector<std::string> domains;
+  specialize::CalibrateOptions o;
+};
+
+void calibrate_cmd(const CalibrateArgs& a) {
+  const specialize::Calibration c = specialize::calibrate_routing(a.model, parse_domains(a.domains), a.o);
+  specialize::write_routing(a.model, c.routing(), a.output);
+  std::printf(
+      "header.routing: temperature %.6g, novelty_theta %.4f (%u windows of %u tokens, target fpr %.2f; "
+      "mean NLL %.4f)\n",
+      c.temperature, c.novelty_theta, c.samples, a.o.length, c.target_fpr, c.nll);
+  std::printf("on these windows: argmin %.1f%%, chosen (after novelty) %.1f%%\n",
+              100.0 * c.argmin_right / c.samples, 100.0 * c.chosen_right / c.samples);
+  std::printf("✓ wrote %s\n", a.output.empty() ? a.model.c_str() : a.output.c_str());
+}
+
+void eval_cmd(EvalArgs& a) {
+  const std::vector<specialize::EvalDomain> ds = parse_domains(a.domains);
   a.o.lengths = specialize::parse_layer_list(a.lengths);  // same syntax: a list of numbers
   auto cells = specialize::eval_routing(a.model, ds, a.o);
   std::printf("%-12s %6s %8s %8s %8s %8s\n", "skill", "tokens", "samples", "argmin", "chosen", "fallback");
@@ -219,6 +243,24 @@ void setup(CLI::App& root) {
   evc->add_option("--tau", ev->o.route.tau, "uncalibrated novelty threshold on E (default 0.30)");
   evc->add_option("--threads", ev->o.threads, "kernel threads (0 = all cores)");
   evc->callback([ev] { eval_cmd(*ev); });
+
+  auto ca = std::make_shared<CalibrateArgs>();
+  auto* cal = s->add_subcommand(
+      "calibrate",
+      "Calibrate the router from held-out text: write header.routing {temperature, novelty_theta}");
+  cal->add_option("model", ca->model, ".cmf with routable skills (grown in place by true append unless -o)")
+      ->required();
+  cal->add_option("--domain", ca->domains,
+                  "ID=FILE: held-out text of skill ID's domain (repeat; not its fit prompts)")
+      ->required()
+      ->allow_extra_args(false);
+  cal->add_option("--tokens", ca->o.length, "window length in tokens (default 32)")->check(positive());
+  cal->add_option("--samples", ca->o.samples, "windows per domain (default 48)")->check(positive());
+  cal->add_option("--seed", ca->o.seed, "window sampler seed (default 5)");
+  cal->add_option("--fpr", ca->o.fpr, "share of in-domain windows allowed to fall back (default 0.05)");
+  cal->add_option("--threads", ca->o.threads, "kernel threads (0 = all cores)");
+  cal->add_option("-o,--output", ca->output, "write a new file instead of appending in place");
+  cal->callback([ca] { calibrate_cmd(*ca); });
 }
 
 }  // namespace

@@ -367,7 +367,12 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
     lo.task = opt.task;
     lo.exact = opt.exact;  // this model's kernel table (kernels::Ops)
     lo.no_mmap = opt.no_mmap;
+    lo.skill = opt.skill.empty() ? "none" : opt.skill;
+    if (lo.skill == "auto")
+      fail(ErrorKind::InvalidArgument, "bench: --skill auto must be resolved to an id first");
     LoadedModel lm = load_model(path, lo);
+    rep.skill = lm.skill.empty() ? "none" : lm.skill;
+    rep.skill_how = opt.skill_how;
     const cmf::Reader& r = *lm.reader;
     if (rep.arch_name.empty()) {
       rep.arch_name = r.header().arch.arch_name;
@@ -530,6 +535,8 @@ std::string to_markdown(const BenchReport& r) {
       "model: `{}` · file {} · weights {} · params {} · decode reads {} per token · matmul mode: {} ({})\n\n",
       r.model_path, format_size(r.file_bytes), format_size(r.weights.total_bytes),
       format_params(r.weights.params), format_size(r.weights.decode_bytes_per_token), r.mode, kern);
+  if (r.skill != "none" || !r.skill_how.empty())
+    s += fmt::format("skill: {}{}\n\n", r.skill, r.skill_how.empty() ? "" : " (" + r.skill_how + ")");
   if (r.task != "off")
     s += fmt::format("task: {} · FFN {:.1f}% alive · gathered gate/up rows {}\n\n", r.task,
                      100.0 * r.ffn_alive, format_size(r.gathered_bytes));
@@ -590,6 +597,8 @@ nlohmann::json to_json(const BenchReport& r) {
     o["exact"] = r.exact_requested;
     o["matmul_mode"] = r.mode;
     o["task"] = r.task;
+    o["skill"] = r.skill;
+    if (!r.skill_how.empty()) o["skill_how"] = r.skill_how;
     o["ffn_alive_fraction"] = r.ffn_alive;
     o["gathered_bytes"] = r.gathered_bytes;
     o["dtype_kernel"] = r.dtype_kernel;

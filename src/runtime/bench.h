@@ -144,7 +144,12 @@ struct BenchOptions {
   /// fallback. A mask keeping ≤ 50 % of a layer's FFN reads only its alive gate/up rows
   /// (model::GatheredFfn), which is what decode time shows falling with the alive fraction.
   std::string task = "off";
-  bool no_mmap = false;          ///< LoadOptions::no_mmap (huge-page anonymous copy)
+  bool no_mmap = false;  ///< LoadOptions::no_mmap (huge-page anonymous copy)
+  /// The skill the tests run (LoadOptions::skill): "" / "none" = the backbone, else an id of the
+  /// file (`bench --skill auto` resolves the routed id before calling run_bench).
+  std::string skill;
+  /// How the skill was chosen, for the report ("" = as given; e.g. "auto: routed to skill: code").
+  std::string skill_how;
   uint64_t bandwidth_bytes = 0;  ///< 0 = default_bandwidth_buffer_bytes()
   size_t bandwidth_passes = 5;   ///< passes of the measurement at the start of each thread count
   /// Passes of the measurement taken right before each tg repetition (its best pass is that
@@ -196,6 +201,8 @@ struct BenchReport {
   std::vector<Bandwidth> bandwidth;  ///< one per thread count
   std::string load;                  ///< "mmap" or "memory" (LoadOptions::no_mmap)
   std::string task = "off";          ///< the task mask the tests ran under ("off" = dense)
+  std::string skill = "none";        ///< the skill the tests ran (LoadedModel::skill; "none" = backbone)
+  std::string skill_how;             ///< BenchOptions::skill_how
   double ffn_alive = 1.0;            ///< its alive FFN fraction (model::Variant::ffn_alive_fraction)
   uint64_t gathered_bytes = 0;       ///< its gathered gate/up rows (model::Variant::gathered_bytes)
   /// Per thread count: the process's resident set (VmRSS, bytes) after its tests, with the model

@@ -66,7 +66,9 @@ struct Engine::Slot {
   std::vector<uint32_t> cached;
   const cmf::TaskMask* cached_mask = nullptr;
   std::shared_ptr<const SkillBinding> cached_skill;  // the skill the cached KV was computed under
-  size_t reuse = 0;                                  // prompt tokens of the current job taken from the cache
+  bool cached_mixed = false;                  // a dynamic switch ran the cached KV under more than one skill
+  std::shared_ptr<const SkillBinding> skill;  // the skill the job runs now (Job::reroute may switch it)
+  size_t reuse = 0;                           // prompt tokens of the current job taken from the cache
 };
 
 namespace {
@@ -363,7 +365,18 @@ void Engine::advance(Slot& slot, const StepItem& item) {
     }
   }
   s->emitted = std::max(s->emitted, upto);
-  if (!reason.empty()) finish(*s, reason);
+  if (!reason.empty()) {
+    finish(*s, reason);
+    return;
+  }
+  if (job.reroute && !job.cancel.load()) {
+    std::shared_ptr<const SkillBinding> next_skill = job.reroute(s->seen);
+    if (next_skill != s->skill) {
+      s->variant = variant_for(job.mask, next_skill);
+      s->skill = std::move(next_skill);
+      s->cached_mixed = true;
+    }
+  }
 }
 
 void Engine::loop() {
@@ -384,7 +397,7 @@ void Engine::loop() {
         size_t best_len = 0;
         for (auto& s : slots_) {
           if (s->job) continue;
-          const size_t len = s->cached_mask == job.mask && s->cached_skill == job.skill
+          const size_t len = s->cached_mask == job.mask && s->cached_skill == job.skill && !s->cached_mixed
                                  ? common_prefix(s->cached, job.prompt)
                                  : 0;
           if (!best || len > best_len || (len == best_len && s->cached.size() < best->cached.size())) {
@@ -406,6 +419,8 @@ void Engine::loop() {
         x.cached.resize(x.reuse);
         x.cached_mask = x.job->mask;
         x.cached_skill = x.job->skill;
+        x.cached_mixed = false;
+        x.skill = x.job->skill;
         prompt_tokens_ += x.job->prompt.size();
         reused_tokens_ += x.reuse;
         x.job->cached_tokens = x.reuse;
@@ -461,15 +476,20 @@ void Engine::loop() {
     }
 }
 
-void Engine::start_slot(Slot& x) {
-  const SkillBinding* sk = x.job->skill.get();
-  auto v = variants_.find({x.job->mask, sk});
+std::shared_ptr<const model::Variant> Engine::variant_for(const cmf::TaskMask* mask,
+                                                          const std::shared_ptr<const SkillBinding>& skill) {
+  const SkillBinding* sk = skill.get();
+  auto v = variants_.find({mask, sk});
   if (v == variants_.end()) {
     const model::Model& m = sk ? *sk->model : *lm_.model;  // gathered rows are copies of these weights
-    v = variants_.emplace(std::pair{x.job->mask, sk}, m.compile_variant(x.job->mask)).first;
-    if (sk) variant_skills_.push_back(x.job->skill);
+    v = variants_.emplace(std::pair{mask, sk}, m.compile_variant(mask)).first;
+    if (sk) variant_skills_.push_back(skill);
   }
-  x.variant = v->second;
+  return v->second;
+}
+
+void Engine::start_slot(Slot& x) {
+  x.variant = variant_for(x.job->mask, x.skill);
   x.sampler.emplace(x.job->sampler);
   // No text wanted (no on_text, no stop strings: bench, perplexity): no detokenization either.
   if (lm_.tokenizer && (x.job->on_text || !x.job->stop.empty())) {
@@ -484,7 +504,7 @@ void Engine::step(std::span<Slot* const> active) {
   items.reserve(active.size());
   for (Slot* s : active) {
     const std::span<const uint32_t> prompt(s->job->prompt);
-    const model::Weights* w = s->job->skill ? s->job->skill->weights.get() : nullptr;
+    const model::Weights* w = s->skill ? s->skill->weights.get() : nullptr;
     if (s->prefilled) {
       items.push_back(
           {&s->kv, std::span<const uint32_t>(&s->last, 1), s->logits, s->variant.get(), false, w});

@@ -138,6 +138,15 @@ struct Job {
   /// in one batch; its task mask is compiled for its weights. A slot's prompt cache is reused only
   /// by a job of the same skill.
   std::shared_ptr<const SkillBinding> skill;
+  /// Dynamic routing (`--route-dynamic`, ENGINE-NOTES §3.12; specialize/dynamic_route.h): when set,
+  /// called on the engine thread after every sampled token of a sequence that goes on, with the
+  /// sequence so far (prompt + generated ids). It returns the skill to run from the next step on:
+  /// the current binding (same pointer) keeps it, another one switches. A switch keeps the KV cache
+  /// as computed so far (the positions before it were run under the old skill — the reference's
+  /// "rebuild the touched layers" does not recompute them either), compiles the job's task mask for
+  /// the new weights, and leaves the slot's prompt cache unusable for later jobs. A throw ends the
+  /// job with "error".
+  std::function<std::shared_ptr<const SkillBinding>(std::span<const uint32_t> seen)> reroute;
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
 
@@ -212,6 +221,9 @@ class Engine {
   void run_step(std::span<Slot* const> active, std::span<StepItem> items);
   /// Builds the step's items (prefill, prompt-scoring chunk or one token per sequence), then run_step.
   void step(std::span<Slot* const> active);
+  /// The job's task mask compiled for `skill`'s weights (cached per (mask, skill)).
+  std::shared_ptr<const model::Variant> variant_for(const cmf::TaskMask* mask,
+                                                    const std::shared_ptr<const SkillBinding>& skill);
   /// Makes a newly admitted job's sampler and streaming decoder (outside the engine lock).
   void start_slot(Slot& s);
   /// After a successful forward: samples, detokenizes, applies stop rules and calls the job's

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,8 +15,8 @@
 #include "model/cmf_source.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
-#include "tokenizer/chat_template.h"
 #include "runtime/skills.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cortiq::runtime {
@@ -126,6 +127,10 @@ struct GenerateParams {
   /// Special tokens whose text is kept in the output (tokenizer/output_protocol.h
   /// tool_markup_specials); other special tokens write no text.
   std::vector<uint32_t> keep_special;
+  /// The skill the sequence starts under (Job::skill; nullptr = LoadedModel::model as bound) and
+  /// the dynamic router that may switch it between steps (Job::reroute; specialize/dynamic_route.h).
+  std::shared_ptr<const SkillBinding> skill;
+  std::function<std::shared_ptr<const SkillBinding>(std::span<const uint32_t> seen)> reroute;
 };
 
 class Engine;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cmf/format.h"
+#include "model/cmf_source.h"
 #include "runtime/engine.h"
 #include "server/api.h"
 #include "server/connection.h"
@@ -28,7 +29,9 @@
 #include "server/metrics.h"
 #include "server/page.h"
 #include "server/shutdown.h"
+#include "specialize/dynamic_route.h"
 #include "specialize/skill_choice.h"
+#include "specialize/skills.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/value.h"
 #include "util/atomic_file.h"
@@ -102,6 +105,20 @@ struct Channel {
   }
 };
 
+/// A SKILL_FILE's tensors as a TensorSource that keeps its reader alive (a hot-loaded skill's
+/// overlay: its binding may outlive the skill's removal while requests still run it).
+class OwnedCmfSource : public model::TensorSource {
+ public:
+  explicit OwnedCmfSource(std::shared_ptr<cmf::Reader> r) : r_(std::move(r)), src_(*r_) {}
+  std::optional<kernels::WeightView> find(std::string_view name) const override { return src_.find(name); }
+  void release(std::span<const uint8_t> bytes) const override { src_.release(bytes); }
+  std::vector<std::string> names() const override { return src_.names(); }
+
+ private:
+  std::shared_ptr<cmf::Reader> r_;
+  model::CmfTensorSource src_;
+};
+
 bool consteq(const std::string& a, const std::string& b) {
   unsigned char d = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i)
@@ -155,12 +172,49 @@ class Service {
       fail(ErrorKind::InvalidArgument,
            "serve: --blend auto blends per prompt, which the server does not do; give --blend id:w,… "
            "or --skill auto (per-request routing)");
-    routable_ = !specialize::phi_layers(lm_.reader->skills()).empty();
-    if (routable_) {
+    if (opt.route_dynamic) dyn_opt_ = specialize::DynamicOptions::from_env();
+    std::lock_guard<std::mutex> g(skills_mu_);
+    skills_changed();
+  }
+
+  /// After the skill set changed (skills_mu_ held): routable_, and the router model when needed.
+  void skills_changed() {
+    routable_ = !specialize::phi_layers(records_locked()).empty();
+    if (routable_ && !router_) {
       model::ModelOptions mo = lm_.model_options;
       mo.threads = 1;
       router_ = model::Model::create(lm_.backbone, mo);
     }
+  }
+
+  /// The skills served (skills_mu_ held): the file's, then the hot-loaded ones by id.
+  std::vector<cmf::SkillRecord> records_locked() const {
+    std::vector<cmf::SkillRecord> out(lm_.reader->skills().begin(), lm_.reader->skills().end());
+    for (const auto& [id, h] : hot_) out.push_back(h.record);
+    return out;
+  }
+  std::vector<cmf::SkillRecord> records() {
+    std::lock_guard<std::mutex> g(skills_mu_);
+    return records_locked();
+  }
+  /// "a, b, c" — the served skill ids.
+  std::string ids_locked() const {
+    std::string s;
+    for (const auto& r : records_locked()) s += (s.empty() ? "" : ", ") + r.id;
+    return s.empty() ? "none" : s;
+  }
+
+  /// The routing decision for `prompt` over the served skills (skills_mu_ held): φ of the first ≤ 128
+  /// tokens through the backbone; the file's header.routing calibration only while no skill was
+  /// hot-loaded (it was fitted over the file's skill set; SPECIALIZATION-NOTES §6.3).
+  specialize::RouteDecision route_locked(std::span<const uint32_t> prompt) {
+    const auto recs = records_locked();
+    const auto layers = specialize::phi_layers(recs);
+    if (layers.empty()) return specialize::choose_skill(recs, {});
+    const auto toks = prompt.first(std::min(prompt.size(), specialize::kRouteTokens));
+    const auto phis = specialize::compute_phis(*router_, toks, layers);
+    return specialize::choose_skill(
+        recs, phis, hot_.empty() ? lm_.reader->header().routing : std::optional<nlohmann::json>{});
   }
 
   const runtime::LoadedModel& lm() const { return lm_; }
@@ -178,14 +232,14 @@ class Service {
   }
   void models(httplib::Response& res) {
     ojson data = ojson::array({model_object()});
-    for (const auto& sk : lm_.reader->skills()) data.push_back(skill_object(sk));
+    for (const auto& sk : records()) data.push_back(skill_object(sk));
     send_json(res, 200, {{"object", "list"}, {"data", std::move(data)}});
   }
   /// GET /v1/models/{id}: the model object (the backbone or `<base>:<skill>`), or 404
   /// model_not_found for another id.
   void model(const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
-    for (const auto& sk : lm_.reader->skills())
+    for (const auto& sk : records())
       if (id == model_id_ + ":" + sk.id) return send_json(res, 200, skill_object(sk));
     if (id != model_id_)
       throw ApiError(404, "the model '" + id + "' does not exist; this server serves '" + model_id_ + "'",
@@ -195,21 +249,168 @@ class Service {
   /// GET /v1/cortiq/skills: the file's skills (id, name, layers, overlay tensors, routable, mask).
   void skills(httplib::Response& res) {
     ojson arr = ojson::array();
-    for (const auto& sk : lm_.reader->skills()) {
-      const runtime::SkillOverlay ov(*lm_.reader, sk.id);
-      ojson o = {{"id", sk.id},
-                 {"model", model_id_ + ":" + sk.id},
-                 {"layers", sk.layers},
-                 {"tensors", ov.names().size()},
-                 {"routable", sk.selection.has_value()}};
-      if (sk.name) o["name"] = *sk.name;
-      if (sk.input_mask_task) o["input_mask_task"] = *sk.input_mask_task;
-      arr.push_back(std::move(o));
-    }
+    std::lock_guard<std::mutex> g(skills_mu_);
+    for (const auto& sk : records_locked()) arr.push_back(skill_info(sk));
     send_json(res, 200,
               {{"default", lm_.skill.empty() ? (routable_ ? "auto" : "none") : lm_.skill},
                {"fallback", "backbone when the router is not confident (novelty)"},
                {"skills", std::move(arr)}});
+  }
+
+  /// One entry of GET /v1/cortiq/skills (skills_mu_ held).
+  ojson skill_info(const cmf::SkillRecord& sk) const {
+    const auto hot = hot_.find(sk.id);
+    const size_t tensors = hot != hot_.end() ? hot->second.reader->tensors().size()
+                                             : runtime::SkillOverlay(*lm_.reader, sk.id).names().size();
+    ojson o = {{"id", sk.id},
+               {"model", model_id_ + ":" + sk.id},
+               {"layers", sk.layers},
+               {"tensors", tensors},
+               {"routable", sk.selection.has_value()},
+               {"source", hot != hot_.end() ? "hot-loaded" : "file"}};
+    if (hot != hot_.end()) o["path"] = hot->second.path;
+    if (sk.name) o["name"] = *sk.name;
+    if (sk.input_mask_task) o["input_mask_task"] = *sk.input_mask_task;
+    return o;
+  }
+
+  /// Throws ApiError 401 unless the request carries the admin key (ServerOptions::admin_key, else
+  /// api_key) — `Authorization: Bearer KEY` or `X-Api-Key: KEY`; open when neither key is set.
+  void require_admin(const httplib::Request& req) const {
+    const std::string& key = opt_.admin_key.empty() ? opt_.api_key : opt_.admin_key;
+    if (key.empty()) return;
+    const std::string h = req.get_header_value("Authorization");
+    std::string given;
+    if (h.size() > 7 && strncasecmp(h.c_str(), "bearer ", 7) == 0) given = h.substr(7);
+    if (given.empty()) given = req.get_header_value("X-Api-Key");
+    if (given.empty() || !consteq(given, key))
+      throw ApiError(401, "this route needs the admin key (--admin-key, else --api-key)",
+                     "authentication_error", std::nullopt, "invalid_admin_key");
+  }
+
+  /// POST /v1/cortiq/skills {"path": "/srv/skill.cmf", "id"?: "x", "replace"?: false, "force"?: false}:
+  /// adds a SKILL_FILE (`cortiq skill export`) to the running server. Its record's base_dir_hash
+  /// must be this file's directory hash (`force`: load anyway, with a warning in the answer); its
+  /// tensors must have the backbone's shapes. 201 with the skill's /v1/cortiq/skills entry. Errors
+  /// (the server goes on): 400 invalid_skill_file (param path: unreadable, not a SKILL_FILE, shapes),
+  /// 409 skill_base_mismatch (param path), 409 skill_exists (param id; `replace` swaps a hot-loaded
+  /// one), 400 for a bad field (named), 401 without the admin key.
+  void add_skill(const httplib::Request& req, httplib::Response& res) {
+    require_admin(req);
+    const ojson b = parse_body(req);
+    if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    auto str = [&](const char* k, bool required) -> std::optional<std::string> {
+      auto it = b.find(k);
+      if (it == b.end() || it->is_null()) {
+        if (required) throw ApiError(400, std::string("'") + k + "' is required", "invalid_request_error", k);
+        return std::nullopt;
+      }
+      if (!it->is_string() || it->get<std::string>().empty())
+        throw ApiError(400, std::string("'") + k + "' must be a non-empty string", "invalid_request_error",
+                       k);
+      return it->get<std::string>();
+    };
+    auto flag = [&](const char* k) {
+      auto it = b.find(k);
+      if (it == b.end() || it->is_null()) return false;
+      if (!it->is_boolean())
+        throw ApiError(400, std::string("'") + k + "' must be a boolean", "invalid_request_error", k);
+      return it->get<bool>();
+    };
+    const std::string path = *str("path", true);
+    const std::optional<std::string> want_id = str("id", false);
+    const bool replace = flag("replace"), force = flag("force");
+    for (const auto& [k, v] : b.items())
+      if (k != "path" && k != "id" && k != "replace" && k != "force")
+        throw ApiError(400, "unknown field '" + k + "' (path, id, replace, force)", "invalid_request_error",
+                       k);
+    std::shared_ptr<cmf::Reader> reader;
+    try {
+      reader = std::make_shared<cmf::Reader>(cmf::Reader::open(path));
+    } catch (const Error& e) {
+      throw ApiError(400, "cannot open the skill file: " + e.message(), "invalid_request_error", "path",
+                     "invalid_skill_file");
+    }
+    if (!reader->is_skill_file() || reader->skills().size() != 1)
+      throw ApiError(400,
+                     "'" + path +
+                         "' is not a skill file (a SKILL_FILE with one skill record, as `cortiq skill "
+                         "export` writes)",
+                     "invalid_request_error", "path", "invalid_skill_file");
+    cmf::SkillRecord rec = reader->skills()[0];
+    const std::string have = cmf::hex16(lm_.reader->dir_hash());
+    std::string warning;
+    if (!rec.base_dir_hash || *rec.base_dir_hash != have) {
+      const std::string msg = "the skill file '" + path + "' was cut for another base (base_dir_hash " +
+                              rec.base_dir_hash.value_or("none") + ", this model's " + have + ")";
+      if (!force)
+        throw ApiError(409, msg + "; send \"force\": true to load it anyway", "invalid_request_error", "path",
+                       "skill_base_mismatch");
+      warning = msg + ": loaded because of force";
+    }
+    if (want_id) rec.id = *want_id;
+    try {
+      specialize::check_skill_id(rec.id);
+    } catch (const Error& e) {
+      throw ApiError(400, e.message(), "invalid_request_error", "id");
+    }
+    rec.base_dir_hash.reset();
+    // the overlay over the backbone: built (and its shapes checked) before anything is published
+    auto bnd = std::make_shared<runtime::SkillBinding>();
+    bnd->id = rec.id;
+    try {
+      auto ov = std::make_unique<OwnedCmfSource>(reader);
+      bnd->weights = model::Weights::with_overrides(lm_.backbone, *ov);
+      bnd->overlay = std::move(ov);
+      model::ModelOptions mo = lm_.model_options;
+      mo.threads = 1;
+      bnd->model = model::Model::create(bnd->weights, mo);
+    } catch (const Error& e) {
+      throw ApiError(400, "the skill's tensors do not fit this model: " + e.message(),
+                     "invalid_request_error", "path", "invalid_skill_file");
+    }
+    if (rec.input_mask_task) {
+      const cmf::MaskCatalog* cat = lm_.reader->masks();
+      bnd->mask = cat ? cat->find(*rec.input_mask_task) : nullptr;
+      if (!bnd->mask)
+        throw ApiError(400,
+                       "the skill activates task mask '" + *rec.input_mask_task + "', which this model lacks",
+                       "invalid_request_error", "path", "invalid_skill_file");
+    }
+    std::lock_guard<std::mutex> g(skills_mu_);
+    const bool in_file = runtime::find_skill(*lm_.reader, rec.id) != nullptr;
+    if (in_file || (hot_.count(rec.id) && !replace))
+      throw ApiError(409,
+                     "skill '" + rec.id + "' exists" +
+                         (in_file ? " in the model file" : "; send \"replace\": true to swap it") +
+                         " (send \"id\" to load it under another name)",
+                     "invalid_request_error", "id", "skill_exists");
+    hot_[rec.id] = {reader, rec, path};
+    bindings_[rec.id] = std::move(bnd);
+    skills_changed();
+    ojson o = skill_info(rec);
+    if (!warning.empty()) o["warning"] = warning;
+    send_json(res, 201, o);
+  }
+
+  /// DELETE /v1/cortiq/skills/{id}: drops a hot-loaded skill (requests running it finish with it).
+  /// 404 skill_not_found, 409 for a skill stored in the model file, 401 without the admin key.
+  void remove_skill(const httplib::Request& req, httplib::Response& res) {
+    require_admin(req);
+    const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+    std::lock_guard<std::mutex> g(skills_mu_);
+    if (!hot_.count(id)) {
+      if (runtime::find_skill(*lm_.reader, id))
+        throw ApiError(
+            409, "skill '" + id + "' is stored in the model file; only hot-loaded skills can be removed",
+            "invalid_request_error", "id", "skill_in_file");
+      throw ApiError(404, "no skill '" + id + "' (skills: " + ids_locked() + ")", "not_found_error", "id",
+                     "skill_not_found");
+    }
+    hot_.erase(id);
+    bindings_.erase(id);
+    skills_changed();
+    send_json(res, 200, {{"id", id}, {"deleted", true}});
   }
 
   void health(httplib::Response& res) {
@@ -872,10 +1073,9 @@ class Service {
   std::shared_ptr<const runtime::SkillBinding> binding(const std::string& id) {
     auto it = bindings_.find(id);
     if (it != bindings_.end()) return it->second;
-    if (!id.empty() && !runtime::find_skill(*lm_.reader, id))
+    if (!id.empty() && !runtime::find_skill(*lm_.reader, id))  // hot-loaded ones are in bindings_
       throw ApiError(404,
-                     "unknown skill '" + id + "'; skills of this model: " + runtime::skill_ids(*lm_.reader) +
-                         " (or auto, none)",
+                     "unknown skill '" + id + "'; skills of this model: " + ids_locked() + " (or auto, none)",
                      "not_found_error", "cortiq.skill", "skill_not_found");
     return bindings_[id] = runtime::make_skill_binding(lm_, id);
   }
@@ -888,7 +1088,7 @@ class Service {
   /// without skills).
   std::string pick_skill(Job& job, const std::string& model, const std::optional<std::string>& skill,
                          bool task_given) {
-    if (lm_.reader->skills().empty()) {
+    if (records().empty()) {
       if (skill && *skill != "none" && *skill != "backbone")
         throw ApiError(404, "this model has no skills (cortiq.skill '" + *skill + "')", "not_found_error",
                        "cortiq.skill", "skill_not_found");
@@ -912,9 +1112,21 @@ class Service {
       if (!routable_)
         throw ApiError(400, "cortiq.skill 'auto': no skill of this model has a routing descriptor",
                        "invalid_request_error", "cortiq.skill");
-      const specialize::RouteDecision d = specialize::route_on(*router_, *lm_.reader, job.prompt);
+      const specialize::RouteDecision d = route_locked(job.prompt);
       want = d.chosen;
       fp = d.chosen.empty() ? "backbone (routed: novelty)" : "skill:" + d.chosen + " (routed)";
+      if (opt_.route_dynamic) {  // the sequence carries its skill and may switch between steps
+        auto router = std::make_shared<specialize::DynamicRouter>(*router_, records_locked(), want, dyn_opt_);
+        auto route = specialize::make_dynamic_route(lm_, router, {},
+                                                    [this](const std::string& id) { return binding(id); });
+        job.skill = route.initial;
+        job.reroute = [this, inner = std::move(route.reroute)](std::span<const uint32_t> seen) {
+          std::lock_guard<std::mutex> lk(skills_mu_);  // the router model and bindings_ are shared
+          return inner(seen);
+        };
+        if (job.skill->mask && !task_given) job.mask = job.skill->mask;
+        return fp + " (dynamic)";
+      }
     } else if (want == "none" || want == "backbone") {
       want.clear();
     }
@@ -1112,8 +1324,16 @@ class Service {
   bool reasoning_ = false;
   std::vector<uint32_t> keep_special_;
   std::unique_ptr<Engine> engine_;
-  bool routable_ = false;                 ///< some skill carries a routing descriptor
-  std::mutex skills_mu_;                  ///< guards bindings_ and router_
+  bool routable_ = false;  ///< some skill carries a routing descriptor
+  std::mutex skills_mu_;   ///< guards bindings_, hot_, routable_ and router_
+  /// Skills added by POST /v1/cortiq/skills: the SKILL_FILE's reader, its record (id as served), path.
+  struct HotSkill {
+    std::shared_ptr<cmf::Reader> reader;
+    cmf::SkillRecord record;
+    std::string path;
+  };
+  std::map<std::string, HotSkill> hot_;
+  specialize::DynamicOptions dyn_opt_;    ///< --route-dynamic thresholds
   std::unique_ptr<model::Model> router_;  ///< the backbone, for routing requests (one thread)
   std::map<std::string, std::shared_ptr<const runtime::SkillBinding>> bindings_;
   std::mutex embed_mu_;                     ///< guards embedder_
@@ -1203,10 +1423,11 @@ int run_server(const ServerOptions& opt) {
   });
 
   const std::string key = opt.api_key;
+  const std::string admin_key = opt.admin_key;
   const std::vector<std::string> cors = opt.cors_origins;
   const size_t max_body = opt.max_body_bytes;
-  http.set_pre_routing_handler([key, cors, max_body, &inflight](const httplib::Request& req,
-                                                                httplib::Response& res) {
+  http.set_pre_routing_handler([key, admin_key, cors, max_body, &inflight](const httplib::Request& req,
+                                                                           httplib::Response& res) {
     // During a shutdown's grace period the listener still accepts (cpp-httplib's stop() would also
     // end every stream in flight at once), but new requests are refused here.
     if (inflight.stopping()) {
@@ -1281,7 +1502,8 @@ int run_server(const ServerOptions& opt) {
     std::string given;
     if (h.size() > 7 && strncasecmp(h.c_str(), "bearer ", 7) == 0) given = h.substr(7);
     if (given.empty()) given = req.get_header_value("X-Api-Key");
-    if (!given.empty() && consteq(given, key)) return httplib::Server::HandlerResponse::Unhandled;
+    if (!given.empty() && (consteq(given, key) || (!admin_key.empty() && consteq(given, admin_key))))
+      return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401,
                              h.empty() && !req.has_header("X-Api-Key")
                                  ? "missing API key: send 'Authorization: Bearer <key>'"
@@ -1305,6 +1527,10 @@ int run_server(const ServerOptions& opt) {
        [&](const httplib::Request& q, httplib::Response& res) { svc.model(q, res); }},
       {"GET", "/v1/cortiq/masks", [&](const httplib::Request&, httplib::Response& res) { svc.masks(res); }},
       {"GET", "/v1/cortiq/skills", [&](const httplib::Request&, httplib::Response& res) { svc.skills(res); }},
+      {"POST", "/v1/cortiq/skills",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.add_skill(q, res); }},
+      {"DELETE", R"(/v1/cortiq/skills/([A-Za-z0-9_-]+))",
+       [&](const httplib::Request& q, httplib::Response& res) { svc.remove_skill(q, res); }},
       {"POST", "/tokenize", [&](const httplib::Request& q, httplib::Response& res) { svc.tokenize(q, res); }},
       {"POST", "/detokenize",
        [&](const httplib::Request& q, httplib::Response& res) { svc.detokenize(q, res); }},
@@ -1328,17 +1554,22 @@ int run_server(const ServerOptions& opt) {
        }},
   };
   std::map<std::string, std::string, std::less<>> route_method;
-  for (const Route& r : routes) route_method[r.path] = r.method;
+  for (const Route& r : routes) {  // "GET, POST" for a path two routes share
+    std::string& m = route_method[r.path];
+    m += (m.empty() ? "" : ", ") + std::string(r.method);
+  }
   route_label = [&route_method](const std::string& path) -> std::string {
     if (route_method.count(path)) return path;
     if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+    if (path.rfind("/v1/cortiq/skills/", 0) == 0) return "/v1/cortiq/skills/{id}";
     return "other";
   };
   http.set_error_handler([&route_method](const httplib::Request& req, httplib::Response& res) noexcept {
     if (!res.body.empty()) return;
     try {
       const auto route = route_method.find(req.path);
-      if (res.status == 404 && route != route_method.end() && route->second != req.method) {
+      if (res.status == 404 && route != route_method.end() &&
+          route->second.find(req.method) == std::string::npos) {
         res.status = 405;
         res.set_header("Allow", route->second);
       }
@@ -1384,6 +1615,8 @@ int run_server(const ServerOptions& opt) {
   for (const Route& r : routes) {
     if (std::string_view(r.method) == "GET")
       http.Get(r.path, wrap(r.fn));
+    else if (std::string_view(r.method) == "DELETE")
+      http.Delete(r.path, wrap(r.fn));
     else
       http.Post(r.path, wrap(r.fn));
   }

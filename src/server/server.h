@@ -28,8 +28,15 @@ struct ServerOptions {
   std::string model_path;     ///< .cmf file
   runtime::LoadOptions load;  ///< threads, ctx, kv_f16, default task
   std::string host = "127.0.0.1";
-  int port = 8080;                   ///< 0 = any free port (printed on the Listening line)
-  std::string api_key;               ///< "" = no authentication
+  int port = 8080;      ///< 0 = any free port (printed on the Listening line)
+  std::string api_key;  ///< "" = no authentication
+  /// Key of the admin routes (POST /v1/cortiq/skills, DELETE /v1/cortiq/skills/{id}: skill
+  /// hot-load); "" = the api_key. With neither set the admin routes are open (the server binds
+  /// 127.0.0.1 unless told otherwise). With both set, the admin key is also accepted as an API key.
+  std::string admin_key;
+  /// `--route-dynamic`: requests whose skill is routed (auto) re-route during generation
+  /// (specialize/dynamic_route.h; ENGINE-NOTES §3.12).
+  bool route_dynamic = false;
   size_t parallel = 1;               ///< sequences decoding together (KV caches)
   size_t queue = 16;                 ///< requests allowed to wait for a slot (then 429)
   size_t max_body_bytes = 8u << 20;  ///< request body limit (413 above)

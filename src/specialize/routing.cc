@@ -239,6 +239,30 @@ std::vector<uint32_t> phi_layers(std::span<const cmf::SkillRecord> records) {
   return {s.begin(), s.end()};
 }
 
+double calibrated_novelty(std::vector<SkillScore>& scores, std::span<const Descriptor> descs,
+                          double temperature) {
+  if (scores.empty() || scores.size() != descs.size() || !(temperature > 0))
+    fail(ErrorKind::InvalidArgument, "calibrated_novelty: {} scores, {} descriptors, T = {}", scores.size(),
+         descs.size(), temperature);
+  size_t b1 = 0;
+  for (size_t i = 1; i < scores.size(); ++i)
+    if (scores[i].e < scores[b1].e) b1 = i;
+  double e2 = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < scores.size(); ++i)
+    if (i != b1) e2 = std::min(e2, scores[i].e);
+  double mn = std::numeric_limits<double>::infinity(), z = 0;
+  for (const auto& s : scores) mn = std::min(mn, s.raw);
+  for (auto& s : scores) z += (s.prob = std::exp(-(s.raw - mn) / temperature));
+  for (auto& s : scores) s.prob /= z;
+  const double conf = scores[b1].prob;
+  const double margin = 1.0 / (1.0 + scores[b1].e) - (std::isfinite(e2) ? 1.0 / (1.0 + e2) : 0.0);
+  const Descriptor& bd = descs[b1];
+  const double ood = (bd.err_mean && bd.err_std && *bd.err_std > 0)
+                         ? sigmoid((scores[b1].raw - *bd.err_mean) / *bd.err_std)
+                         : 0.5;
+  return 0.5 * ood + 0.25 / (1.0 + 8.0 * margin) + 0.25 * (1.0 - conf);
+}
+
 RouteDecision choose_skill(std::span<const cmf::SkillRecord> records, const PhiByLayer& phis,
                            const std::optional<nlohmann::json>& routing, const RouteOptions& opt) {
   RouteDecision d;
@@ -283,17 +307,9 @@ RouteDecision choose_skill(std::span<const cmf::SkillRecord> records, const PhiB
   std::string table;
   for (const auto& s : d.scores) table += fmt::format("{}{}={:.4f}", table.empty() ? "" : ", ", s.id, s.e);
   if (d.calibrated) {
-    double mn = std::numeric_limits<double>::infinity(), z = 0;
-    for (const auto& s : d.scores) mn = std::min(mn, s.raw);
-    for (auto& s : d.scores) z += (s.prob = std::exp(-(s.raw - mn) / temp));
-    for (auto& s : d.scores) s.prob /= z;
-    double conf = d.scores[b1].prob;
-    double margin = 1.0 / (1.0 + e1) - (std::isfinite(e2) ? 1.0 / (1.0 + e2) : 0.0);
-    const Descriptor& bd = descs[b1];
-    double ood = (bd.err_mean && bd.err_std && *bd.err_std > 0)
-                     ? sigmoid((d.scores[b1].raw - *bd.err_mean) / *bd.err_std)
-                     : 0.5;
-    d.novelty = 0.5 * ood + 0.25 / (1.0 + 8.0 * margin) + 0.25 * (1.0 - conf);
+    d.novelty = calibrated_novelty(d.scores, descs, temp);
+    const double conf = d.scores[b1].prob;
+    const double margin = 1.0 / (1.0 + e1) - (std::isfinite(e2) ? 1.0 / (1.0 + e2) : 0.0);
     d.threshold = theta;
     d.novel = d.novelty > theta;
     d.why = fmt::format("E: {}; best '{}' (p={:.3f}, margin {:.4f}); novelty {:.3f} {} θ {:.3f}", table,

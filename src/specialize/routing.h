@@ -108,6 +108,14 @@ struct RouteDecision {
   std::string why;  ///< one human line for `explain` / stderr
 };
 
+/// The calibrated novelty of one routing decision (ENGINE-NOTES §3.12): `scores` (raw and e of
+/// every routable skill) and `descs` (their descriptors) in the same order; fills each score's
+/// prob = softmax(−raw/T) and returns 0.5·σ((raw₁ − err_mean)/err_std) + 0.25/(1+8·margin) +
+/// 0.25·(1 − prob₁) for the min-E skill (σ term 0.5 without err stats; margin as choose_skill).
+/// Throws Error(InvalidArgument) for empty scores, sizes that differ, or T <= 0.
+double calibrated_novelty(std::vector<SkillScore>& scores, std::span<const Descriptor> descs,
+                          double temperature);
+
 /// φ per router layer: layer → [hidden].
 using PhiByLayer = std::map<uint32_t, std::vector<float>>;
 

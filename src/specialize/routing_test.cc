@@ -310,6 +310,15 @@ TEST(Routing, CalibratedNoveltyFollowsTheFormula) {
   EXPECT_NEAR(d.scores[b].prob, conf, 1e-9);
   EXPECT_EQ(d.novel, nov > 0.6);
   EXPECT_EQ(d.chosen, d.novel ? "" : "scripture");
+  // calibrated_novelty (what `skill calibrate` sets θ from) is the same number
+  std::vector<SkillScore> sc = d.scores;
+  std::vector<Descriptor> ds;
+  for (const auto& r : cl.recs)
+    if (r.selection) ds.push_back(decode_descriptor(*r.selection));
+  EXPECT_NEAR(calibrated_novelty(sc, ds, 0.5), nov, 1e-9);
+  EXPECT_THROW(calibrated_novelty(sc, ds, 0.0), Error);
+  ds.pop_back();
+  EXPECT_THROW(calibrated_novelty(sc, ds, 0.5), Error);
 }
 
 TEST(Routing, DefaultPhiLayer) {
