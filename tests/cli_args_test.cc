@@ -268,6 +268,10 @@ TEST_F(CliArgs, PplPrefixModeDefaultsFitTheModel) {
       std::string::npos)
       << out;
   EXPECT_NE(out.find("over 511 tokens"), std::string::npos) << out;
+  // --parallel cannot spread one prefix over slots: said, not silently ignored
+  out = ran("ppl " + model_ + " -f " + text.string() + " --mode prefix --tokens 64 --parallel 4 --threads 1");
+  EXPECT_NE(out.find("note: --parallel 4 has no effect in prefix mode"), std::string::npos) << out;
+  EXPECT_NE(out.find("over 63 tokens"), std::string::npos) << out;
   refused("ppl " + model_ + " -f " + text.string() + " --mode prefix --ctx 64", "prefix mode takes --tokens");
   refused("ppl " + model_ + " -f " + text.string() + " --tokens 100",
           "chunked mode takes --ctx and --chunks");

@@ -835,6 +835,71 @@ TEST_F(ConvertE2E, MasksWrittenIntoAFileRunUnderBenchTask) {
   EXPECT_NE(log.find("quarter"), std::string::npos) << "the error lists the tasks: " << log;
 }
 
+// MoE specialization through the CLI (SPECIALIZATION-NOTES §7): moe-stats over text (shares sum to
+// 1, counts = tokens·top_k), moe-mask then moe-defrag of the masked file at the same cover; the cut
+// verifies, keeps the mask renumbered, and runs the same greedy text as the masked source (qwen3_moe
+// renormalizes its top-k, so mask and cut are the same math).
+TEST_F(ConvertE2E, MoeStatsMaskAndDefragThroughTheCli) {
+  NEED_PYTHON();
+  const auto m = gen("moe",
+                     "--family qwen3_moe --seed 5 --experts 8 --top-k 2 --vocab 512 --max-pos 512 "
+                     "--tokenizer-dir " +
+                         std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K");
+  const fs::path src = dir_ / "moe.cmf", masked = dir_ / "moe_masked.cmf", cut = dir_ / "moe_cut.cmf",
+                 text = dir_ / "moe.txt";
+  std::ofstream(text) << "Once upon a time there was a little girl named Lily. She liked to play outside.";
+  int rc = 0;
+  std::string log = cli("convert " + m.string() + " --quant f32 -o " + src.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("moe-stats " + src.string() + " -f " + text.string() + " --json --threads 1", &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const auto j = nlohmann::json::parse(log.substr(log.find('{')));
+  const uint64_t tokens = j["tokens"];
+  EXPECT_GT(tokens, 10u);
+  ASSERT_EQ(j["layers"].size(), 2u);
+  for (const auto& [l, x] : j["layers"].items()) {
+    double ws = 0;
+    uint64_t cs = 0;
+    for (double v : x["weight_share"]) ws += v;
+    for (uint64_t v : x["count"]) cs += v;
+    EXPECT_NEAR(ws, 1.0, 1e-9) << l;
+    EXPECT_EQ(cs, 2 * tokens) << l;
+  }
+  log = cli("moe-mask " + src.string() + " -f " + text.string() + " --cover 0.5 --task lily -o " +
+                masked.string() + " --threads 1",
+            &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("-t lily"), std::string::npos) << log;
+  log = cli("moe-defrag " + masked.string() + " -f " + text.string() + " --cover 0.5 -o " + cut.string() +
+                " --threads 1",
+            &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("smaller"), std::string::npos) << log;
+  log = cli("verify " + cut.string(), &rc);
+  EXPECT_EQ(rc, 0) << log;
+  const auto r = cortiq::cmf::Reader::open(cut.string());
+  EXPECT_LT(r.tensors().size(), cortiq::cmf::Reader::open(src.string()).tensors().size());
+  EXPECT_EQ(r.header().provenance["moe_defrag"]["statistic"], "weight");
+  ASSERT_NE(r.masks(), nullptr);
+  EXPECT_NE(r.masks()->find("lily"), nullptr);
+  const std::string run = " -p 'Once upon a time' -n 8 --greedy --exact --threads 1";
+  const std::string a = cli("run " + masked.string() + " -t lily" + run, &rc);
+  ASSERT_EQ(rc, 0) << a;
+  const std::string b = cli("run " + cut.string() + " -t off" + run, &rc);
+  ASSERT_EQ(rc, 0) << b;
+  const auto body = [](const std::string& s) {  // the generated text: after the Ready line, before the stats
+    const size_t at = s.find('\n', s.find("Ready:")) + 1;
+    return s.substr(at, s.find("\n[", at) - at);
+  };
+  EXPECT_EQ(body(a), body(b));
+  // the name exists now
+  log = cli(
+      "moe-mask " + masked.string() + " -f " + text.string() + " --task lily -o " + (dir_ / "x.cmf").string(),
+      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(log.find("already has a task mask named 'lily'"), std::string::npos) << log;
+}
+
 }  // namespace
 
 // GGUF input: stories260K as llama.cpp's converter wrote it (f32, Q/K rows reordered for its RoPE)

@@ -21,10 +21,11 @@ namespace {
 struct PplArgs {
   std::string model, file, mode = "chunked";
   size_t ctx = 512, batch = 0, tokens = 1024, parallel = 1;
-  int64_t chunks = -1;        ///< --chunks: score at most the first N chunks (-1 = all)
-  bool ctx_given = false;     ///< --ctx on the command line (chunked mode only)
-  bool tokens_given = false;  ///< --tokens on the command line (prefix mode only)
-  runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, -t
+  int64_t chunks = -1;          ///< --chunks: score at most the first N chunks (-1 = all)
+  bool ctx_given = false;       ///< --ctx on the command line (chunked mode only)
+  bool tokens_given = false;    ///< --tokens on the command line (prefix mode only)
+  bool parallel_given = false;  ///< --parallel on the command line (chunked mode only)
+  runtime::LoadOptions load;    ///< --threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, -t
 };
 
 /// "1 token", "2 tokens".
@@ -93,6 +94,12 @@ void ppl_cmd(const PplArgs& a) {
             static_cast<unsigned long long>(maxpos - 1));
       limit = static_cast<size_t>(maxpos);
     }
+    if (a.parallel_given && a.parallel > 1)  // one sequence: nothing to spread over slots
+      std::fprintf(
+          stderr,
+          "note: --parallel %zu has no effect in prefix mode: it scores one sequence (the prefix) in one "
+          "engine slot; --parallel applies to chunked mode\n",
+          a.parallel);
     if (ids.size() > limit) ids.resize(limit);
     if (ids.size() < 2)
       fail(ErrorKind::InvalidArgument, "'{}' is too short: it has {}{}; prefix mode needs at least 2", a.file,
@@ -122,7 +129,8 @@ void setup(CLI::App& root) {
   c->add_option("--parallel", a->parallel,
                 "chunks scored together, each in its own engine slot, as one batched step (1; chunked "
                 "mode; the result does not depend on it)")
-      ->check(at_least(1));
+      ->check(at_least(1))
+      ->each([a](const std::string&) { a->parallel_given = true; });
   c->add_option("--mode", a->mode, "chunked (llama.cpp llama-perplexity) | prefix (reference procedure)");
   c->add_option("--tokens", a->tokens,
                 "prefix mode: tokens read from the start of the text, the first one unscored (1024, at most "

@@ -64,6 +64,20 @@ struct Activations {
   std::vector<const LayerWeights*> row_layer;       ///< [R] the current layer's weights of each row
   std::vector<size_t> group_rows;                   ///< rows of one weights group (SeqStep::weights)
 
+  /// Record the routing of every MoE layer (moe-stats, SPECIALIZATION-NOTES §7.1): when set, each
+  /// MoE FFN run on these activations rewrites `routes` with its rows' selections — row r's are
+  /// routes[route_off[r] .. route_off[r+1]), in selection order. Valid for the layer just run (read
+  /// them from Taps::layer_output); rows of a layer split by SeqStep::weights groups are not recorded
+  /// (they run on per-group activations). Off: no cost.
+  struct RouteSel {
+    uint32_t expert = 0;    ///< index among the layer's experts
+    float weight = 0.0f;    ///< the routing weight it received (after top-k renormalization and scaling)
+    float out_norm = 0.0f;  ///< ‖expert output‖₂ for that row (before weighting)
+  };
+  bool record_routes = false;
+  std::vector<size_t> route_off;  ///< [R + 1]
+  std::vector<RouteSel> routes;
+
   /// Keep every layer's intermediates of the next passes in `kept` ([layers]; a layer no row runs
   /// keeps nothing). Off: no copy, no cost.
   bool keep = false;

@@ -104,6 +104,10 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
   std::vector<size_t>& cand = ws.moe_cand;
   const kernels::MoeRouting routing{arch.moe->top_k, arch.moe->norm_topk_prob,
                                     arch.moe->routed_scaling_factor.value_or(1.0)};
+  if (ws.record_routes) {
+    ws.route_off.assign(T + 1, 0);
+    ws.routes.clear();
+  }
   for (size_t t = 0; t < T; ++t) {
     const float* x = xs + t * Hd;
     const float* logits = all_logits + t * E;
@@ -117,7 +121,13 @@ void moe_ffn(const BlockEnv& env, const LayerWeights& L, const float* xs, size_t
     for (const auto& [e, wf] : ws.moe_route) {
       dense_ffn(env, L.moe.experts[e], nullptr, nullptr, nullptr, x, 1, y, ws, nullptr);
       kernels::axpy_inplace(out, wf, y, Hd);
+      if (ws.record_routes) {
+        double ss = 0.0;
+        for (size_t d = 0; d < Hd; ++d) ss += static_cast<double>(y[d]) * y[d];
+        ws.routes.push_back({static_cast<uint32_t>(e), wf, static_cast<float>(std::sqrt(ss))});
+      }
     }
+    if (ws.record_routes) ws.route_off[t + 1] = ws.routes.size();
     if (L.moe.shared) {
       dense_ffn(env, *L.moe.shared, nullptr, nullptr, nullptr, x, 1, y, ws, nullptr);
       const float gw =
