@@ -279,7 +279,7 @@ void moe_mask_cmd(const MoeCutArgs& a) {
   std::printf("wrote %s: task mask '%s' (%llu of %llu experts routable, sparsity %.3f)\n", a.output.c_str(),
               a.name.c_str(), static_cast<unsigned long long>(kept), static_cast<unsigned long long>(all),
               sparsity);
-  std::printf("use it: cortiq run %s -t %s  (or -t off for every expert)\n", a.output.c_str(),
+  std::printf("use it: cortiq run %s --task %s  (or --task off for every expert)\n", a.output.c_str(),
               a.name.c_str());
 }
 
