@@ -518,6 +518,7 @@ TEST_F(CliArgs, InteractiveChatOnATerminal) {
   say("line one\r", "... ");
   say("line two\"\"\"\r", "[8 tokens");
   say("/save " + saved + "\r", "(saved 6 messages to");
+  say("/load " + saved + "\r", "(loaded 6 messages from");
   t.type("/exit\r");
   EXPECT_EQ(t.finish(), 0) << t.out;
   std::ifstream f(saved);
@@ -543,7 +544,7 @@ TEST_F(CliArgs, InteractiveChatOnATerminal) {
   std::ifstream h(hist);
   const std::string history((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
   EXPECT_NE(history.find("Once"), std::string::npos) << history;
-  // /load of what /save wrote: the conversation comes back (and a template renders it)
+  // what /save wrote is what `cortiq template --messages` reads
   const std::string rendered = ran("template " + m + " --messages " + saved);
   EXPECT_NE(rendered.find("user: line one\nline two\n"), std::string::npos) << rendered;
 }

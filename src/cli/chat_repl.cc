@@ -59,14 +59,16 @@ int64_t integer(const std::string& key, const std::string& v, int64_t lo, bool m
     fail(ErrorKind::InvalidArgument, "/set {}: '{}' is not an integer", key, v);
   const auto i = static_cast<int64_t>(x);
   if (i < lo && !(minus_one && i == -1))
-    fail(ErrorKind::InvalidArgument, "/set {}: must be ≥ {}{}, got {}", key, lo, minus_one ? " or -1" : "", v);
+    fail(ErrorKind::InvalidArgument, "/set {}: must be ≥ {}{}, got {}", key, lo, minus_one ? " or -1" : "",
+         v);
   return i;
 }
 
 float ranged(const std::string& key, const std::string& v, double lo, double hi, bool open_lo = false) {
   const double x = number(key, v);
   if (x < lo || x > hi || (open_lo && x == lo))
-    fail(ErrorKind::InvalidArgument, "/set {}: must be in {}{}, {}], got {}", key, open_lo ? "(" : "[", lo, hi, v);
+    fail(ErrorKind::InvalidArgument, "/set {}: must be in {}{}, {}], got {}", key, open_lo ? "(" : "[", lo,
+         hi, v);
   return static_cast<float>(x);
 }
 
@@ -103,7 +105,9 @@ LineReader::~LineReader() {
   if (impl_->hist) history_end(impl_->hist);
 }
 
-bool LineReader::editing() const { return impl_->el != nullptr; }
+bool LineReader::editing() const {
+  return impl_->el != nullptr;
+}
 
 std::optional<std::string> LineReader::read(const std::string& prompt) {
   if (!impl_->el) {
@@ -191,8 +195,9 @@ std::string apply_set(const std::string& args, runtime::GenerateParams& gp) {
     return "greedy: temperature = 0, repeat_penalty = 1";
   }
   if (key.empty() || value.empty() || !extra.empty())
-    fail(ErrorKind::InvalidArgument, "usage: /set KEY VALUE (keys: temp, top_k, top_p, min_p, repeat_penalty, "
-                                     "presence_penalty, seed, n; or /set greedy)");
+    fail(ErrorKind::InvalidArgument,
+         "usage: /set KEY VALUE (keys: temp, top_k, top_p, min_p, repeat_penalty, "
+         "presence_penalty, seed, n; or /set greedy)");
   if (key == "temp" || key == "temperature") {
     s.temperature = ranged(key, value, 0, 100);
   } else if (key == "top_k") {
@@ -220,20 +225,23 @@ std::string apply_set(const std::string& args, runtime::GenerateParams& gp) {
     const int64_t n = integer(key, value, 0, true);
     gp.max_tokens = n < 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(n);
   } else {
-    fail(ErrorKind::InvalidArgument,
-         "/set: unknown key '{}' (keys: temp, top_k, top_p, min_p, repeat_penalty, presence_penalty, seed, n, "
-         "greedy)",
-         key);
+    fail(
+        ErrorKind::InvalidArgument,
+        "/set: unknown key '{}' (keys: temp, top_k, top_p, min_p, repeat_penalty, presence_penalty, seed, n, "
+        "greedy)",
+        key);
   }
   return describe_settings(gp);
 }
 
 std::string describe_settings(const runtime::GenerateParams& gp) {
   const auto& s = gp.sampler;
-  const std::string n = gp.max_tokens == std::numeric_limits<size_t>::max() ? "-1" : std::to_string(gp.max_tokens);
+  const std::string n =
+      gp.max_tokens == std::numeric_limits<size_t>::max() ? "-1" : std::to_string(gp.max_tokens);
   const std::string seed = s.seed ? std::to_string(*s.seed) : "-1";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "temp %g · top_k %d · top_p %g · min_p %g · repeat_penalty %g · presence_penalty %g"
+  std::snprintf(buf, sizeof buf,
+                "temp %g · top_k %d · top_p %g · min_p %g · repeat_penalty %g · presence_penalty %g"
                 " · seed %s · n %s",
                 static_cast<double>(s.temperature), s.top_k, static_cast<double>(s.top_p),
                 static_cast<double>(s.min_p), static_cast<double>(s.repeat_penalty),

@@ -38,12 +38,14 @@ std::string tokens_str(size_t n) {
 
 void ppl_cmd(const PplArgs& a) {
   if (a.kld && a.kld_base.empty())
-    fail(ErrorKind::InvalidArgument, "--kl-divergence compares against --kl-divergence-base F (written by an "
-                                     "earlier `ppl --kl-divergence-base F` run of the base model)");
+    fail(ErrorKind::InvalidArgument,
+         "--kl-divergence compares against --kl-divergence-base F (written by an "
+         "earlier `ppl --kl-divergence-base F` run of the base model)");
   if (!a.kld_base.empty() && a.mode != "chunked")
     fail(ErrorKind::InvalidArgument, "--kl-divergence-base applies to chunked mode");
   if (a.file.empty() && !a.kld)
-    fail(ErrorKind::InvalidArgument, "-f/--file is required (only --kl-divergence reads the text from the base)");
+    fail(ErrorKind::InvalidArgument,
+         "-f/--file is required (only --kl-divergence reads the text from the base)");
   std::optional<KldBaseReader> base;
   if (a.kld) {
     base.emplace(a.kld_base);
@@ -56,6 +58,14 @@ void ppl_cmd(const PplArgs& a) {
   if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
     fail(ErrorKind::Parse, "'{}' is not UTF-8 text: byte {} (0x{:02X}) starts no valid sequence", a.file, bad,
          static_cast<unsigned char>(text[bad]));
+  if (a.mode == "prefix" && a.ctx_given)
+    fail(ErrorKind::InvalidArgument,
+         "--ctx sets the chunk length of chunked mode; prefix mode takes --tokens");
+  if (a.mode == "prefix" && a.chunks >= 0)
+    fail(ErrorKind::InvalidArgument, "--chunks applies to chunked mode; prefix mode takes --tokens");
+  if (a.mode == "chunked" && a.tokens_given)
+    fail(ErrorKind::InvalidArgument,
+         "--tokens applies to prefix mode (--mode prefix); chunked mode takes --ctx and --chunks");
   runtime::LoadOptions lo = a.load;
   const size_t ctx = base ? base->header().n_ctx : a.ctx;
   lo.ctx = a.mode == "prefix" ? 0 : ctx;  // prefix: the model's context, --tokens checked below
@@ -165,9 +175,10 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<PplArgs>();
   a->load.threads = 0;
   auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
-  add_examples(c, {
-               "cortiq ppl build/stories260K.cmf -f ../shared/data/tinystories-sample/tinystories_sample.txt --ctx 256",
-               "cortiq ppl f32.cmf -f text.txt --kl-divergence-base f32.kld && cortiq ppl q8.cmf --kl-divergence-base f32.kld --kl-divergence"});
+  add_examples(c, {"cortiq ppl build/stories260K.cmf -f "
+                   "../shared/data/tinystories-sample/tinystories_sample.txt --ctx 256",
+                   "cortiq ppl f32.cmf -f text.txt --kl-divergence-base f32.kld && cortiq ppl q8.cmf "
+                   "--kl-divergence-base f32.kld --kl-divergence"});
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file (with --kl-divergence: optional, the base's text)");
   c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512; at least 4)")

@@ -60,8 +60,7 @@ struct Acc {
 using SeqDone = std::function<void(size_t, const std::vector<double>&)>;
 std::vector<std::vector<double>> score_sequences(LoadedModel& lm,
                                                  const std::vector<std::vector<uint32_t>>& seqs, size_t first,
-                                                 const PplOptions& opt,
-                                                 const SeqDone& seq_done = {}) {
+                                                 const PplOptions& opt, const SeqDone& seq_done = {}) {
   if (opt.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
