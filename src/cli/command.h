@@ -61,9 +61,9 @@ enum LoadFlag : unsigned {
 };
 
 /// Adds the flags selected by `which` (LoadFlag bits) to `cmd`, bound to the fields of `opts`, in
-/// the order -t/--threads, --exact, --no-mmap, --kv-f16, --check-tensors, --skill, --blend. Each flag's name and
-/// help text live only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is
-/// not given leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
+/// the order -t/--threads, --exact, --no-mmap, --kv-f16, --check-tensors, --skill, --blend. Each flag's name
+/// and help text live only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that
+/// is not given leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
 /// threads = 0, as does serve). `opts` must outlive the parse (keep it in the
 /// command's shared state). `--task` and `--ctx` are not here: their meaning and help text differ
 /// per command (ppl's --ctx is the chunk length; bench's -t is a thread-count list).

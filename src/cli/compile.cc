@@ -54,8 +54,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<CompileArgs>();
   auto* c = root.add_subcommand(
       "compile", "Compile a task specialist (or task mask) from a corpus, with its measured quality");
-  add_examples(c, {
-               "cortiq compile tb.cmf --task scripture --corpus ../shared/data/testbed-corpus/scripture/train.txt --as specialist -o tb-scripture.cmf"});
+  add_examples(c, {"cortiq compile tb.cmf --task scripture --corpus "
+                   "../shared/data/testbed-corpus/scripture/train.txt --as specialist -o tb-scripture.cmf"});
   c->add_option("model", a->o.model, "source model .cmf (dense SwiGLU FFNs)")->required();
   c->add_option("--task", a->o.task, "task name (the mask's name; recorded in the contract)")->required();
   c->add_option("--corpus", a->o.corpus, "UTF-8 task text file(s)")->required()->expected(1, -1);

@@ -51,9 +51,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<ConvertArgs>();
   auto* c =
       root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) or a GGUF file to CMF");
-  add_examples(c, {
-               "cortiq convert models/stories260K --quant f32 -o build/stories260K.cmf",
-               "cortiq convert model.gguf --quant q4tp -o model.cmf"});
+  add_examples(c, {"cortiq convert models/stories260K --quant f32 -o build/stories260K.cmf",
+                   "cortiq convert model.gguf --quant q4tp -o model.cmf"});
   c->add_option("model_dir", a->model_pos, "HF model directory or .gguf file (same as --model)");
   c->add_option("--model", a->model,
                 "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (" +
