@@ -4,6 +4,8 @@
 // limit. Uses the embedded models/stories260K (converted once to a temporary f32 file).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cmf/reader.h"
 #include "shell.h"
@@ -422,12 +425,159 @@ TEST_F(CliArgs, InteractiveChatCommands) {
   ASSERT_TRUE(fs::exists(m));
   std::ofstream(dir_ / "cmds.txt") << "Hi\n/help\nHi\n/clear\nHi\n/exit\nHi\n";
   const std::string out = ran("run " + m + " -n 8 --greedy --threads 1 < " + (dir_ / "cmds.txt").string());
-  EXPECT_NE(out.find("/clear        forget the conversation so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("/clear                 forget the conversation so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("/set KEY VALUE"), std::string::npos) << out;
   EXPECT_NE(out.find("(conversation cleared)"), std::string::npos) << out;
   size_t footers = 0;
   for (size_t p = out.find(" tokens · "); p != std::string::npos; p = out.find(" tokens · ", p + 1))
     ++footers;
   EXPECT_EQ(footers, 3u) << out;  // three "Hi" before /exit, none after
+}
+
+/// `cortiq ARGS` on a pseudo-terminal (forkpty), as a person at a terminal runs it: keys are
+/// typed in, the screen's bytes are read back.
+class Pty {
+ public:
+  Pty(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    struct winsize ws {};
+    ws.ws_row = 40;
+    ws.ws_col = 200;
+    pid_ = ::forkpty(&fd_, nullptr, nullptr, &ws);
+    if (pid_ == 0) {
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> argv{const_cast<char*>(CORTIQ_CLI_PATH)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Pty() {
+    if (fd_ >= 0) ::close(fd_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  /// Reads until the output from `from` on holds `want`; false when the child ends first or
+  /// 60 s pass without it (a hang fails the test, it does not block the suite).
+  bool wait_for(const std::string& want, size_t from) {
+    for (int waited = 0; out.find(want, from) == std::string::npos;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) {
+        if ((waited += 100) > 60000) return false;
+        continue;
+      }
+      char buf[4096];
+      const ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) return false;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  void type(const std::string& keys) {
+    ASSERT_EQ(::write(fd_, keys.data(), keys.size()), ssize_t(keys.size()));
+  }
+  /// Waits for the child to end; its exit status (-1 when it did not exit normally).
+  int finish() {
+    char buf[4096];
+    while (::read(fd_, buf, sizeof buf) > 0) out.append(buf);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  std::string out;
+
+ private:
+  int fd_ = -1;
+  pid_t pid_ = -1;
+};
+
+// The interactive chat on a terminal (libedit): Up recalls the last line, /set changes the sampler
+// (the answer after `/set temp 1.5` and `/set seed 7` is the one-shot answer of --temp 1.5 --seed 7),
+// a """ block is one message, /save writes the conversation as JSON, the history file is written.
+TEST_F(CliArgs, InteractiveChatOnATerminal) {
+  ASSERT_TRUE(ok_);
+  const std::string m = chat_model();
+  const std::string hist = (dir_ / "history").string(), saved = (dir_ / "conv.json").string();
+  Pty t({"run", m, "-n", "8", "--threads", "1"}, {"CORTIQ_HISTORY=" + hist, "TERM=xterm"});
+  ASSERT_TRUE(t.started());
+  ASSERT_TRUE(t.wait_for("Type your message", 0)) << t.out;
+  size_t at = t.out.size();
+  auto say = [&](const std::string& keys, const std::string& want) {
+    at = t.out.size();
+    t.type(keys);
+    EXPECT_TRUE(t.wait_for(want, at)) << "after " << keys << ":\n" << t.out.substr(at);
+  };
+  say("/set temp 1.5\r", "temp 1.5 ·");
+  say("/set seed 7\r", "seed 7 ·");
+  say("Once upon a time\r", "[8 tokens");
+  at = t.out.size();
+  t.type("\x1b[A");  // Up: the line comes back
+  EXPECT_TRUE(t.wait_for("Once upon a time", at)) << t.out.substr(at);
+  say("\r", "[8 tokens");
+  say("\"\"\"\r", "... ");
+  say("line one\r", "... ");
+  say("line two\"\"\"\r", "[8 tokens");
+  say("/save " + saved + "\r", "(saved 6 messages to");
+  say("/load " + saved + "\r", "(loaded 6 messages from");
+  t.type("/exit\r");
+  EXPECT_EQ(t.finish(), 0) << t.out;
+  std::ifstream f(saved);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  const auto& msgs = j["messages"];
+  ASSERT_EQ(msgs.size(), 6u) << j.dump();
+  EXPECT_EQ(msgs[0]["content"], "Once upon a time");
+  EXPECT_EQ(msgs[2]["content"], "Once upon a time");  // recalled with Up
+  EXPECT_EQ(msgs[4]["content"], "line one\nline two");
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(msgs[i]["role"], i % 2 ? "assistant" : "user");
+  // the first answer is what the flags give: the /set values reached the sampler
+  int rc = 0;
+  std::string one = sh(std::string(CORTIQ_CLI_PATH) + " run " + m +
+                           " -p 'Once upon a time' -n 8 --threads 1 --temp 1.5 --seed 7 2>/dev/null",
+                       &rc);
+  ASSERT_EQ(rc, 0);
+  if (!one.empty() && one.back() == '\n') one.pop_back();
+  EXPECT_EQ(msgs[1]["content"].get<std::string>(), one);
+  const std::string greedy = sh(std::string(CORTIQ_CLI_PATH) + " run " + m +
+                                " -p 'Once upon a time' -n 8 --threads 1 --greedy 2>/dev/null");
+  EXPECT_NE(greedy, one + "\n");  // the settings made a difference the check can see
+  std::ifstream h(hist);
+  const std::string history((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
+  EXPECT_NE(history.find("Once"), std::string::npos) << history;
+  // what /save wrote is what `cortiq template --messages` reads
+  const std::string rendered = ran("template " + m + " --messages " + saved);
+  EXPECT_NE(rendered.find("user: line one\nline two\n"), std::string::npos) << rendered;
+}
+
+// Without a chat template each line is a raw completion, said at the start; /clear does not claim a
+// conversation, /save refuses, /set works; piped input (no terminal) reads plain lines, \ continues.
+TEST_F(CliArgs, RawChatSaysEachLineIsACompletion) {
+  ASSERT_TRUE(ok_);
+  std::ofstream(dir_ / "raw.txt") << "/clear\n/save x.json\n/set top_k 1\n/set bogus 1\n/set\n/task "
+                                     "nope\n/skill none\n/task off\nOnce upon \\\na time\n";
+  const std::string out =
+      ran("run " + model_ + " -n 4 --threads 1 --verbose-prompt < " + (dir_ / "raw.txt").string());
+  EXPECT_NE(out.find("note: this model has no chat template: each line is a raw completion"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(no conversation to clear: each line is a raw completion)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(conversation cleared)"), std::string::npos) << out;
+  EXPECT_NE(out.find("Error: InvalidArgument: /save: no conversation"), std::string::npos) << out;
+  EXPECT_NE(out.find("top_k 1 ·"), std::string::npos) << out;
+  EXPECT_NE(out.find("/set: unknown key 'bogus'"), std::string::npos) << out;
+  EXPECT_NE(out.find("Error: InvalidArgument: unknown task 'nope'"), std::string::npos) << out;
+  EXPECT_NE(out.find("skill: none (the backbone)"), std::string::npos) << out;
+  EXPECT_NE(out.find("Task: off | Sparsity: 0%"), std::string::npos) << out;
+  // the token count is what `tokenize` gives the same text (BOS included, as a prompt gets it)
+  const std::string ids =
+      ran("tokenize " + model_ + " --ids-only --text \"$(printf 'Once upon \\na time')\" 2>/dev/null");
+  const size_t n = static_cast<size_t>(std::count(ids.begin(), ids.end(), ',')) + 1;
+  EXPECT_NE(out.find(fmt::format("[prompt: {} tokens]\nOnce upon \na time\n[/prompt]", n)), std::string::npos)
+      << out << ids;
 }
 
 // `info --sections` lists the envelope's sections as the Reader sees them: offsets, lengths, the
@@ -473,20 +623,25 @@ TEST_F(CliArgs, SystemMessageWithoutTemplateIsNoted) {
   EXPECT_NE(out.find("note: --system is ignored: this model has no chat template"), std::string::npos) << out;
 }
 
-// llama-cli users type `-t 4` for threads: ours is the task mask, and the error says so.
+// `-t` is the thread count, as in llama.cpp; a number given to --task is hinted at -t/--threads.
 TEST_F(CliArgs, IntegerTaskHintsAtThreads) {
   ASSERT_TRUE(ok_);
-  const std::string hint = "(-t/--task selects a task mask; the thread count is --threads)";
-  refused("run " + model_ + " -t 2 -p hi -n 1",
+  const std::string hint = "(--task selects a task mask; the thread count is -t/--threads)";
+  refused("run " + model_ + " --task 2 -p hi -n 1",
           "unknown task '2': this file has no task masks (available: general, off) " + hint);
   const std::string text = std::string(CORTIQ_SOURCE_DIR) + "/README.md";
-  refused("ppl " + model_ + " -f " + text + " -t 4", "unknown task '4'");
-  refused("ppl " + model_ + " -f " + text + " -t 4", hint);
+  refused("ppl " + model_ + " -f " + text + " --task 4", "unknown task '4'");
+  refused("ppl " + model_ + " -f " + text + " --task 4", hint);
   int rc = 0;
-  const std::string out = cli("run " + model_ + " -t nope -p hi -n 1", rc);
+  const std::string out = cli("run " + model_ + " --task nope -p hi -n 1", rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("unknown task 'nope'"), std::string::npos) << out;
   EXPECT_EQ(out.find("--threads"), std::string::npos) << out;  // a name, not a number: no hint
+  // -t 1 is one thread: the same greedy text as --threads 1
+  const std::string t = ran("run " + model_ + " -t 1 -p 'Once upon a time' -n 8 --greedy");
+  const std::string threads = ran("run " + model_ + " --threads 1 -p 'Once upon a time' -n 8 --greedy");
+  EXPECT_EQ(t.substr(0, t.find("[8 tokens")), threads.substr(0, threads.find("[8 tokens"))) << t << threads;
+  refused("run " + model_ + " -t x -p hi -n 1", "-t");
 }
 
 // run -f FILE reads the prompt from a file (less one trailing newline, as llama-cli), refuses -p
@@ -565,6 +720,77 @@ TEST_F(CliArgs, PplLlamaSpellings) {
   refused("ppl " + model_ + " -f " + text.string() + " --chunks -3", "--chunks: must be ≥ 1 or -1");
   // piped: no progress bar
   EXPECT_EQ(all.find('\r'), std::string::npos) << all;
+}
+
+// ppl's KL-divergence mode (llama-perplexity's): a base file of log-probabilities; a model against
+// its own base has KL 0 and 100 % top-1 agreement; q8 against the f32 base a small positive KL that
+// an independent numpy computation over the two files' log-probabilities gives too; piped, the
+// running estimates end at the final PPL.
+TEST_F(CliArgs, PplKlDivergence) {
+  ASSERT_TRUE(ok_);
+  const fs::path text = dir_ / "kl.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 12; ++i)
+      f << "Once upon a time there was a little girl named Lily. She loved to play in the park with her "
+           "dog. ";
+  }
+  const std::string base = (dir_ / "f32.kld").string(), qbase = (dir_ / "q8.kld").string();
+  const std::string q8 = (dir_ / "q8.cmf").string();
+  ran("convert " + std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K --quant q8 -o " + q8);
+  const std::string flags = " --ctx 64 --threads 1 --exact -f " + text.string();
+  std::string out = ran("ppl " + model_ + flags + " --kl-divergence-base " + base);
+  // running estimates "[1]x,[2]y,…" (piped): the last one is the final PPL
+  const size_t fin = out.find("Final estimate: PPL = ");
+  ASSERT_NE(fin, std::string::npos) << out;
+  const std::string ppl = out.substr(fin + 22, out.find(' ', fin + 22) - fin - 22);
+  EXPECT_NE(out.find("[1]"), std::string::npos) << out;
+  EXPECT_NE(out.find("]" + ppl + ",\n"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(base)) << out;
+  // a model against its own base: exactly 0 and 100 %
+  out = ran("ppl " + model_ + " --kl-divergence-base " + base + " --kl-divergence --threads 1 --exact");
+  EXPECT_NE(out.find("Mean    KLD:   0.000000 ±   0.000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("Maximum KLD:   0.000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("Same top p: 100.000 ±  0.000 %"), std::string::npos) << out;
+  const size_t pq = out.find("Mean PPL(Q)                   : ");
+  ASSERT_NE(pq, std::string::npos) << out;
+  EXPECT_NEAR(std::stod(out.substr(pq + 32, 11)), std::stod(ppl), 1e-3) << out;
+  // q8 against the f32 base, and the same numbers from the two base files in numpy
+  out = ran("ppl " + q8 + " --kl-divergence-base " + base + " --kl-divergence --threads 1 --exact -f " +
+            text.string());
+  const size_t k = out.find("Mean    KLD: ");
+  ASSERT_NE(k, std::string::npos) << out;
+  const double kld = std::stod(out.substr(k + 13, 11));
+  EXPECT_GT(kld, 0.0) << out;
+  EXPECT_LT(kld, 0.05) << out;
+  const size_t tp = out.find("Same top p: ");
+  ASSERT_NE(tp, std::string::npos) << out;
+  const double top = std::stod(out.substr(tp + 12, 8));
+  ran("ppl " + q8 + flags + " --kl-divergence-base " + qbase);
+  int rc = 0;
+  sh("/usr/bin/python3 -c 'import numpy' 2>/dev/null", &rc);
+  if (rc != 0) GTEST_SKIP() << "python3 + numpy missing for the independent KL";
+  const std::string py =
+      "import numpy as np, sys\n"
+      "def rd(p):\n"
+      "  b = open(p, 'rb').read(); assert b[:8] == b'CORTIQKL'\n"
+      "  v, nv, nc, nk, first, _ = np.frombuffer(b[8:32], '<u4')\n"
+      "  off = 32 + 4 * nk * nc\n"
+      "  return np.frombuffer(b[off:], '<f4').reshape(-1, nv).astype(np.float64)\n"
+      "a, q = rd(sys.argv[1]), rd(sys.argv[2])\n"
+      "kl = (np.exp(a) * (a - q)).sum(1)\n"
+      "print('%.6f %.3f' % (kl.mean(), 100 * (a.argmax(1) == q.argmax(1)).mean()))\n";
+  std::ofstream(dir_ / "kl.py") << py;
+  const std::string ref = sh("/usr/bin/python3 " + (dir_ / "kl.py").string() + " " + base + " " + qbase, &rc);
+  ASSERT_EQ(rc, 0) << ref;
+  double ref_kld = 0, ref_top = 0;
+  ASSERT_EQ(std::sscanf(ref.c_str(), "%lf %lf", &ref_kld, &ref_top), 2) << ref;
+  EXPECT_NEAR(kld, ref_kld, 2e-6) << out << ref;
+  EXPECT_NEAR(top, ref_top, 1e-3) << out << ref;
+  refused("ppl " + model_ + " --kl-divergence --threads 1",
+          "--kl-divergence compares against --kl-divergence-base");
+  refused("ppl " + model_ + " --kl-divergence-base " + text.string() + " --kl-divergence",
+          "is not a cortiq KL-divergence base file");
 }
 
 // On a terminal ppl draws the shared progress bar on stderr (convert and verify do too).

@@ -84,7 +84,7 @@ TEST_F(CompileCli, SpecialistMaskDefragAndVerdictExit) {
   o = cli("verify " + cut, &rc);
   EXPECT_EQ(rc, 0) << o;
   // the same text under the mask and on the cut file: equal perplexity (f32, exact kernels)
-  const std::string a = cli("ppl " + masked + " -t stories --exact --ctx 64 -f " + corpus(), &rc);
+  const std::string a = cli("ppl " + masked + " --task stories --exact --ctx 64 -f " + corpus(), &rc);
   const std::string b = cli("ppl " + cut + " --exact --ctx 64 -f " + corpus(), &rc);
   const auto ppl = [](const std::string& s) { return s.substr(s.find("PPL = "), 16); };
   EXPECT_EQ(ppl(a), ppl(b)) << a << b;

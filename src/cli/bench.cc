@@ -104,6 +104,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<BenchArgs>();
   auto* c =
       root.add_subcommand("bench", "Measure prefill (pp) and decode (tg) tok/s and the bandwidth roofline");
+  add_examples(c, {"cortiq bench build/stories260K.cmf -p 128 -n 64 -r 3 -t 1,2",
+                   "cortiq bench model.cmf --parallel 1,4 --json"});
   c->add_option("model", a->model, "model .cmf file")->required();
   c->add_option("-p,--n-prompt", a->n_prompt, "prefill test size in tokens, one batch (512; 0 = skip)");
   c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,15 @@ struct Command {
   int order;
   std::function<void(CLI::App& root)> setup;
 };
+
+/// Ends `cmd`'s --help with "Examples:" and one indented line per example (CLI11's footer), as
+/// llama.cpp's tools show a usage line: every command has one or two that work as written from
+/// the repository's root (paths of the embedded models).
+inline void add_examples(CLI::App* cmd, std::initializer_list<const char*> lines) {
+  std::string f = "\nExamples:";
+  for (const char* l : lines) f += std::string("\n  ") + l;
+  cmd->footer(f);
+}
 
 /// Registers a subcommand; returns a dummy value so it can initialise a static.
 int register_command(Command c);
@@ -37,7 +47,7 @@ std::string read_input(const std::string& path);
 /// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,
 /// bench); a bit set for add_load_flags.
 enum LoadFlag : unsigned {
-  kLoadThreads = 1u << 0,       ///< `--threads N` → LoadOptions::threads: kernel threads, 0 = all cores
+  kLoadThreads = 1u << 0,       ///< `-t/--threads N` → LoadOptions::threads: kernel threads, 0 = all cores
   kLoadExact = 1u << 1,         ///< `--exact` → LoadOptions::exact: f32 activations in every matvec
                                 ///< (kernels::MatmulMode::Exact) instead of int8 activations (Fast)
   kLoadNoMmap = 1u << 2,        ///< `--no-mmap` → LoadOptions::no_mmap: read the file into anonymous
@@ -51,11 +61,11 @@ enum LoadFlag : unsigned {
 };
 
 /// Adds the flags selected by `which` (LoadFlag bits) to `cmd`, bound to the fields of `opts`, in
-/// the order --threads, --exact, --no-mmap, --kv-f16, --check-tensors, --skill, --blend. Each flag's name and
-/// help text live only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that is
-/// not given leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
+/// the order -t/--threads, --exact, --no-mmap, --kv-f16, --check-tensors, --skill, --blend. Each flag's name
+/// and help text live only here. Defaults: whatever `opts` holds when the command line is parsed (a flag that
+/// is not given leaves its field untouched), so a command sets its own defaults in `opts` (run and ppl use
 /// threads = 0, as does serve). `opts` must outlive the parse (keep it in the
-/// command's shared state). `-t/--task` and `--ctx` are not here: their meaning and help text differ
+/// command's shared state). `--task` and `--ctx` are not here: their meaning and help text differ
 /// per command (ppl's --ctx is the chunk length; bench's -t is a thread-count list).
 void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which = kLoadAll);
 

@@ -17,6 +17,7 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<CompactArgs>();
   auto* c =
       root.add_subcommand("compact", "Rewrite a CMF file tightly (drops dead bytes of appended growth)");
+  add_examples(c, {"cortiq compact grown.cmf -o tight.cmf"});
   c->add_option("input", a->input, "input .cmf")->required();
   c->add_option("-o,--output", a->output, "output .cmf path")->required();
   c->callback([a] {

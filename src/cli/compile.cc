@@ -54,6 +54,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<CompileArgs>();
   auto* c = root.add_subcommand(
       "compile", "Compile a task specialist (or task mask) from a corpus, with its measured quality");
+  add_examples(c, {"cortiq compile tb.cmf --task scripture --corpus "
+                   "../shared/data/testbed-corpus/scripture/train.txt --as specialist -o tb-scripture.cmf"});
   c->add_option("model", a->o.model, "source model .cmf (dense SwiGLU FFNs)")->required();
   c->add_option("--task", a->o.task, "task name (the mask's name; recorded in the contract)")->required();
   c->add_option("--corpus", a->o.corpus, "UTF-8 task text file(s)")->required()->expected(1, -1);
@@ -85,7 +87,7 @@ void setup(CLI::App& root) {
   c->add_option("--report-chunks", a->o.split.report_chunks, "at most N report chunks (32)")
       ->check(positive());
   c->add_option("--seed", a->o.a.seed, "train-order seed (1)");
-  c->add_option("--threads", a->o.threads, "kernel threads (1; 0 = all cores)");
+  c->add_option("-t,--threads", a->o.threads, "kernel threads (1; 0 = all cores)");
   c->add_flag("--accept-worse", a->accept_worse, "exit 0 even when the result is not better than dense");
   c->add_flag("-q,--quiet", a->quiet, "print only the final line");
   c->callback([a] { compile_cmd(*a); });

@@ -51,6 +51,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<ConvertArgs>();
   auto* c =
       root.add_subcommand("convert", "Convert a Hugging Face checkpoint (safetensors) or a GGUF file to CMF");
+  add_examples(c, {"cortiq convert models/stories260K --quant f32 -o build/stories260K.cmf",
+                   "cortiq convert model.gguf --quant q4tp -o model.cmf"});
   c->add_option("model_dir", a->model_pos, "HF model directory or .gguf file (same as --model)");
   c->add_option("--model", a->model,
                 "HF model directory holding config.json and *.safetensors, or a llama.cpp .gguf file (" +
@@ -68,7 +70,7 @@ void setup(CLI::App& root) {
   c->add_option("--shard-max-gb", a->shard_max_gb,
                 "split the output into files of at most N GB (10^9 bytes) each, the 1 MiB header gap "
                 "included; a tensor larger than that gets a file of its own (0, the default: one file)");
-  c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  c->add_option("-t,--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite,
               "keep NaN/Inf weights in tensors stored as f32/f16/bf16");
   c->add_flag("--no-chat-template", a->no_chat_template,

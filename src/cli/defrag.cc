@@ -57,6 +57,7 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<DefragArgs>();
   auto* c = root.add_subcommand(
       "defrag", "Remove a task mask's dead FFN neurons physically (a smaller standalone file)");
+  add_examples(c, {"cortiq defrag masked.cmf --mask stories -o stories-only.cmf"});
   c->add_option("model", a->model, "model .cmf with the mask")->required();
   c->add_option("--mask", a->mask, "task mask name")->required();
   c->add_option("-o,--output", a->output, "output .cmf")->required();

@@ -157,6 +157,7 @@ void setup_diff(CLI::App& root) {
       "diff",
       "Compare two CMF files tensor by tensor (name, dtype, shape, hash, data); exit 0 same, 1 different, "
       "2 trouble");
+  add_examples(c, {"cortiq diff build/stories260K.cmf /tmp/s_q8.cmf"});
   c->add_option("a", files->first, "first .cmf")->required();
   c->add_option("b", files->second, "second .cmf")->required();
   c->callback([files] {

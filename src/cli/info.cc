@@ -240,6 +240,8 @@ void run_info(const InfoOpts& o) {
 void setup_info(CLI::App& root) {
   auto o = std::make_shared<InfoOpts>();
   auto* c = root.add_subcommand("info", "Show a CMF file's architecture, sections and tensors");
+  add_examples(c, {"cortiq info models/testbed/testbed-skills.cmf",
+                   "cortiq info build/stories260K.cmf --tensors model.layers.0."});
   c->add_option("file", o->file, "model .cmf (any shard name opens the set)")->required();
   c->add_option("--tensors", o->prefix, "list tensors whose name starts with PREFIX ('' = all)")
       ->expected(0, 1)

@@ -5,7 +5,7 @@
 namespace cortiq::cli {
 
 void add_load_flags(CLI::App* cmd, runtime::LoadOptions& opts, unsigned which) {
-  if (which & kLoadThreads) cmd->add_option("--threads", opts.threads, "kernel threads (0 = all cores)");
+  if (which & kLoadThreads) cmd->add_option("-t,--threads", opts.threads, "kernel threads (0 = all cores)");
   if (which & kLoadExact)
     cmd->add_flag("--exact", opts.exact, "f32 activations in every matvec (no int8 approximation)");
   if (which & kLoadNoMmap)

@@ -15,6 +15,7 @@ namespace {
 void setup_masks(CLI::App& root) {
   auto file = std::make_shared<std::string>();
   auto* c = root.add_subcommand("masks", "List task masks (FFN/head/gate/expert activity)");
+  add_examples(c, {"cortiq masks tb-masked.cmf"});
   c->add_option("file", *file, "model .cmf")->required();
   c->callback([file] {
     cmf::Reader r = cmf::Reader::open(*file);

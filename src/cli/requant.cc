@@ -38,6 +38,7 @@ void requant_cmd(const RequantArgs& a) {
 void setup(CLI::App& root) {
   auto a = std::make_shared<RequantArgs>();
   auto* c = root.add_subcommand("requant", "Re-quantize a CMF file (any dtype → another, through f32)");
+  add_examples(c, {"cortiq requant build/stories260K.cmf --quant q4tp -o /tmp/s_q4tp.cmf"});
   c->add_option("input", a->input, "input .cmf (any shard of a set)")->required();
   c->add_option("-o,--output", a->output, "output .cmf path")->required();
   c->add_option("--quant", a->quant, "target: f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t")
@@ -46,7 +47,7 @@ void setup(CLI::App& root) {
       ->allow_extra_args(false);  // one rule per flag: a path after it stays a positional
   c->add_option("--mean-bits", a->mean_bits, "vbit target mean bits per weight (4.25; 3..8, vbit only)")
       ->each([a](const std::string&) { a->mean_bits_given = true; });
-  c->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  c->add_option("-t,--threads", a->threads, "encoder threads (0 = all cores)");
   c->add_flag("--allow-nonfinite", a->allow_nonfinite, "keep NaN/Inf in tensors stored as f32/f16/bf16");
   c->callback([a] { requant_cmd(*a); });
 }

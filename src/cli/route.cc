@@ -122,6 +122,7 @@ void setup_route(CLI::App& root) {
   auto a = std::make_shared<RouteArgs>();
   auto* c =
       root.add_subcommand("route", "Which skill of a file the router picks for a prompt, and each skill's E");
+  add_examples(c, {"cortiq route models/testbed/testbed-skills.cmf -p \"And the LORD said unto Moses,\""});
   c->add_option("model", a->model, "model .cmf file with skills")->required();
   c->add_option("-p,--prompt", a->prompt, "prompt (encoded raw; the first 128 tokens are routed)")
       ->required();
@@ -134,6 +135,7 @@ void setup_explain(CLI::App& root) {
   auto* c = root.add_subcommand(
       "explain",
       "The routing table for a prompt (E, error statistics, the choice and why) and the first token");
+  add_examples(c, {"cortiq explain models/testbed/testbed-skills.cmf -p \"def read_config(path):\""});
   c->add_option("model", a->model, "model .cmf file with skills")->required();
   c->add_option("-p,--prompt", a->prompt, "prompt (encoded raw; the first 128 tokens are routed)")
       ->required();

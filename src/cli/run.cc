@@ -20,21 +20,24 @@
 #include <sstream>
 #include <string>
 
+#include "cli/chat_repl.h"
 #include "cli/command.h"
 #include "runtime/session.h"
 #include "specialize/dynamic_route.h"
 #include "specialize/skill_choice.h"
 #include "tokenizer/output_protocol.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, prompt_file, system;
-  int64_t n = 256;            ///< -1: until end of text or the context is full (llama-cli)
-  runtime::LoadOptions load;  ///< --threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, -t
-  bool greedy = false, raw = false, no_think = false;
+  std::string model, prompt, prompt_file, system, chat_template_file;
+  int64_t n = 256;  ///< -1: until end of text or the context is full (llama-cli)
+  runtime::LoadOptions
+      load;  ///< -t/--threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, --task
+  bool greedy = false, raw = false, no_think = false, verbose_prompt = false;
   bool route_dynamic = false;  ///< --route-dynamic (specialize/dynamic_route.h)
   float temperature = 0.7f, top_p = 0.9f, min_p = 0.05f, repeat_penalty = 1.0f, presence = 0.0f;
   int top_k = 40;
@@ -84,6 +87,7 @@ extern "C" void on_sigint(int) {
     g_cancel.store(true);
     return;
   }
+  restore_terminal();  // libedit had the terminal in raw mode
   const char nl = '\n';
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, &nl, 1);
   ::_exit(130);
@@ -181,6 +185,27 @@ void print_footer(const runtime::GenerateResult& r) {
   }
 }
 
+/// Splits "/cmd rest" into ("/cmd", "rest").
+std::pair<std::string, std::string> split_command(const std::string& line) {
+  const size_t sp = line.find_first_of(" \t");
+  if (sp == std::string::npos) return {line, ""};
+  const size_t rest = line.find_first_not_of(" \t", sp);
+  return {line.substr(0, sp), rest == std::string::npos ? "" : line.substr(rest)};
+}
+
+constexpr const char* kChatHelp =
+    "/exit, /quit           end the chat (or Ctrl+D, or Ctrl+C at the prompt)\n"
+    "/clear                 forget the conversation so far (the --system message stays)\n"
+    "/set KEY VALUE         sampling: temp, top_k, top_p, min_p, repeat_penalty, presence_penalty,\n"
+    "                       seed (-1 = random), n (tokens per answer; -1 = until the context is full);\n"
+    "                       /set greedy; /set alone shows the settings\n"
+    "/save FILE, /load FILE the conversation as JSON {\"messages\": [{\"role\", \"content\"}, ...]}\n"
+    "/skill ID|auto|none    switch skill (auto: route on the next message; none: the backbone)\n"
+    "/task NAME|off         switch task mask\n"
+    "\"\"\" ... \"\"\"            a message of several lines; a line ending in \\ continues on the next\n"
+    "Up/Down                recall earlier lines (history in ~/.cortiq_history; $CORTIQ_HISTORY)\n"
+    "Ctrl+C                 stop the answer being written\n";
+
 void run_cmd(const RunArgs& a) {
   const bool one_shot = a.prompt_opt->count() || a.file_opt->count();
   const std::string prompt = a.file_opt->count() ? read_prompt_file(a.prompt_file) : a.prompt;
@@ -190,7 +215,14 @@ void run_cmd(const RunArgs& a) {
          a.load.blend);
   const specialize::DynamicOptions dyn_opt =
       a.route_dynamic ? specialize::DynamicOptions::from_env() : specialize::DynamicOptions{};
-  runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
+  const std::string template_text = a.chat_template_file.empty() ? "" : read_file(a.chat_template_file);
+  runtime::LoadOptions lo = a.load;
+  auto load = [&](const runtime::LoadOptions& o) {
+    runtime::LoadedModel m = runtime::load_model(a.model, o);
+    if (!template_text.empty()) m.bundle.chat_template = template_text;
+    return m;
+  };
+  runtime::LoadedModel lm = load(lo);
   // Skills: a one-shot prompt on a file with routable skills routes when no flag chose (CLI-NOTES run).
   // With --route-dynamic the model stays on the backbone and the sequence carries its skill.
   const std::vector<uint32_t> route_ids =
@@ -199,7 +231,7 @@ void run_cmd(const RunArgs& a) {
   std::string dyn_start;  // --route-dynamic: the skill the first turn starts under ("" = backbone)
   std::unique_ptr<model::Model> dyn_backbone;
   if (a.route_dynamic) {
-    if (a.load.skill == "auto" || a.load.skill.empty()) {
+    if (lo.skill == "auto" || lo.skill.empty()) {
       if (!route_ids.empty()) {
         const specialize::RouteDecision d = specialize::route_prompt(lm, route_ids);
         dyn_start = d.chosen;
@@ -207,9 +239,9 @@ void run_cmd(const RunArgs& a) {
                      ? fmt::format("routed to backbone (novelty: {})", d.why)
                      : fmt::format("routed to skill: {} (E = {:.4f})", d.chosen, d.scores[*d.best].e);
       }
-    } else if (a.load.skill != "none" && a.load.skill != "backbone") {
-      dyn_start = a.load.skill;
-      runtime::bind_skill(lm, "", !a.load.task.empty() && a.load.task != "general");
+    } else if (lo.skill != "none" && lo.skill != "backbone") {
+      dyn_start = lo.skill;
+      runtime::bind_skill(lm, "", !lo.task.empty() && lo.task != "general");
     }
     dyn_backbone = model::Model::create(lm.backbone, lm.model_options);
     // checks the file has routable skills before anything runs
@@ -217,7 +249,7 @@ void run_cmd(const RunArgs& a) {
     std::fprintf(stderr, "dynamic routing: EON %.2f, EOFF %.2f, MARGIN %.2f, PERIOD %zu\n", dyn_opt.eon,
                  dyn_opt.eoff, dyn_opt.margin, dyn_opt.period);
   } else {
-    routed = specialize::bind_routed(lm, a.load, route_ids, true);
+    routed = specialize::bind_routed(lm, lo, route_ids, true);
   }
   if (!routed.empty())
     std::fprintf(stderr, "%s\n", routed.c_str());
@@ -243,16 +275,24 @@ void run_cmd(const RunArgs& a) {
   bool seed_ok = true;
   if (const auto seed = seed_value(a.seed, seed_ok)) gp.sampler.seed = *seed;
   const bool chat = !a.raw && lm.bundle.chat_template && !lm.bundle.chat_template->empty();
-  if (!chat && !a.system.empty())
-    std::fprintf(stderr, "note: --system is ignored: %s\n",
-                 a.raw ? "--raw encodes the prompt as is" : "this model has no chat template");
-  runtime::Session session(lm);
+  const char* why_raw = a.raw ? "--raw encodes the prompt as is" : "this model has no chat template";
+  if (!chat && !a.system.empty()) std::fprintf(stderr, "note: --system is ignored: %s\n", why_raw);
+  auto session = std::make_unique<runtime::Session>(lm);
   const OutputProtocol proto = chat ? OutputProtocol::of(*lm.bundle.chat_template) : OutputProtocol{};
   if (chat && lm.tokenizer) gp.keep_special = tool_markup_specials(*lm.tokenizer);
   std::vector<runtime::ChatMessage> messages;
-  if (!a.system.empty()) messages.push_back({"system", a.system});
+  if (!a.system.empty() && chat) messages.push_back({"system", a.system});
+  bool route_next = false;  // `/skill auto`: route on the next message
   auto turn = [&](const std::string& user) {
+    if (route_next) {
+      route_next = false;
+      session.reset();  // the engine is made over the bound model: rebind without it
+      const std::string line = specialize::bind_routed(lm, lo, lm.encode_raw(user), true);
+      session = std::make_unique<runtime::Session>(lm);
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+    }
     std::vector<uint32_t> ids;
+    std::string rendered;
     bool opens_reasoning = false;  // the rendered prompt leaves the model inside a <think> block
     if (chat) {
       messages.push_back({"user", user});
@@ -261,7 +301,7 @@ void run_cmd(const RunArgs& a) {
       const size_t keep = !messages.empty() && messages.front().role == "system" ? 1 : 0;
       size_t dropped = 0;
       for (;;) {
-        const std::string rendered = runtime::render_chat(lm, messages, a.no_think);
+        rendered = runtime::render_chat(lm, messages, a.no_think);
         opens_reasoning = prompt_opens_reasoning(rendered);
         ids = lm.tokenizer->encode(rendered, false);
         if (ids.size() < lm.ctx || messages.size() <= keep + 1) break;
@@ -274,8 +314,11 @@ void run_cmd(const RunArgs& a) {
         std::fprintf(stderr, "note: dropped the %zu oldest messages to fit the context (%zu tokens)\n",
                      dropped, lm.ctx);
     } else {
+      rendered = user;
       ids = lm.encode_raw(user);
     }
+    if (a.verbose_prompt)  // llama-cli's --verbose-prompt: what the model is given
+      std::fprintf(stderr, "[prompt: %zu tokens]\n%s\n[/prompt]\n", ids.size(), rendered.c_str());
     g_cancel.store(false);
     std::shared_ptr<specialize::DynamicRouter> router;
     if (a.route_dynamic) {
@@ -293,7 +336,7 @@ void run_cmd(const RunArgs& a) {
     {
       const AnsweringScope answering;  // Ctrl-C cancels the answer, also when generate throws
       AnswerPrinter printer(chat, proto, opens_reasoning);
-      r = session.generate(ids, gp, [&](std::string_view s) { printer.feed(s); });
+      r = session->generate(ids, gp, [&](std::string_view s) { printer.feed(s); });
       printer.finish();
     }
     if (chat) messages.push_back({"assistant", r.text});
@@ -307,37 +350,102 @@ void run_cmd(const RunArgs& a) {
     std::fputc('\n', stdout);
     return;
   }
+  // /skill and /task: the file loaded again with other options; on an error nothing changes.
+  auto reload = [&](const runtime::LoadOptions& o) {
+    runtime::LoadedModel fresh = load(o);
+    session.reset();
+    lm = std::move(fresh);
+    session = std::make_unique<runtime::Session>(lm);
+    lo = o;
+  };
   gp.cancel = &g_cancel;
   install_sigint_handler();
+  if (!chat)
+    std::fprintf(stderr,
+                 "note: %s: each line is a raw completion of its own (the model continues the text; "
+                 "nothing is kept between lines)%s\n",
+                 why_raw, a.raw ? "" : ". --chat-template-file FILE gives it one");
   std::fprintf(stderr,
-               "\nType your message (/help for commands, /exit or Ctrl+D to end; Ctrl+C stops an answer):\n");
-  std::string line;
+               "\nType your message (/help for commands, \"\"\" for several lines, /exit or Ctrl+D to end; "
+               "Ctrl+C stops an answer):\n");
+  LineReader in(default_history_path());
   for (;;) {
-    std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line)) break;
+    const std::optional<std::string> msg = read_message(in);
+    if (!msg) break;
+    const std::string& line = *msg;
     if (line.empty()) continue;
-    // llama-cli's chat commands; any other line is a message, also one that starts with '/'
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/help") {
-      std::fprintf(
-          stderr,
-          "/exit, /quit  end the chat (or Ctrl+D, or Ctrl+C at the prompt)\n/clear        forget the "
-          "conversation so far\nCtrl+C        stop the answer being written\n");
+    // the chat commands; any other line is a message, also one that starts with '/'
+    const auto [cmd, arg] = split_command(line);
+    try {
+      if (cmd == "/exit" || cmd == "/quit") break;
+      if (cmd == "/help") {
+        std::fputs(kChatHelp, stderr);
+        continue;
+      }
+      if (cmd == "/clear") {  // the --system message stays
+        if (!chat) {
+          std::fprintf(stderr, "(no conversation to clear: each line is a raw completion)\n");
+          continue;
+        }
+        messages.clear();
+        if (!a.system.empty()) messages.push_back({"system", a.system});
+        session->reset();
+        std::fprintf(stderr, "(conversation cleared)\n");
+        continue;
+      }
+      if (cmd == "/set") {
+        std::fprintf(stderr, "%s\n",
+                     arg.empty() ? describe_settings(gp).c_str() : apply_set(arg, gp).c_str());
+        continue;
+      }
+      if (cmd == "/save" || cmd == "/load") {
+        if (arg.empty()) fail(ErrorKind::InvalidArgument, "usage: {} FILE", cmd);
+        if (!chat)
+          fail(ErrorKind::InvalidArgument, "{}: no conversation: each line is a raw completion", cmd);
+        if (cmd == "/save") {
+          save_conversation(arg, messages);
+          std::fprintf(stderr, "(saved %zu messages to %s)\n", messages.size(), arg.c_str());
+        } else {
+          messages = load_conversation(arg);
+          session->reset();
+          std::fprintf(stderr, "(loaded %zu messages from %s)\n", messages.size(), arg.c_str());
+        }
+        continue;
+      }
+      if (cmd == "/skill") {
+        if (arg.empty()) {
+          std::fprintf(stderr, "skill: %s\n", lm.skill.empty() ? "none (the backbone)" : lm.skill.c_str());
+          continue;
+        }
+        runtime::LoadOptions o = lo;
+        o.skill = arg;
+        o.blend.clear();
+        reload(o);
+        route_next = arg == "auto";
+        std::fprintf(stderr, "skill: %s\n",
+                     route_next ? "auto (routed on the next message)"
+                                : (lm.skill.empty() ? "none (the backbone)" : lm.skill.c_str()));
+        continue;
+      }
+      if (cmd == "/task") {
+        if (!arg.empty()) {
+          runtime::LoadOptions o = lo;
+          o.task = arg;
+          reload(o);
+        }
+        std::fprintf(stderr, "Task: %s | Sparsity: %.0f%%\n", lm.active_task.c_str(), lm.sparsity * 100.0);
+        continue;
+      }
+    } catch (const std::exception& e) {  // a bad /set value, an unknown task: the chat goes on
+      std::fprintf(stderr, "Error: %s\n", e.what());
       continue;
     }
-    if (line == "/clear") {  // the --system message stays
-      messages.clear();
-      if (!a.system.empty()) messages.push_back({"system", a.system});
-      session.reset();
-      std::fprintf(stderr, "(conversation cleared)\n");
-      continue;
-    }
-    if (!chat) session.reset();
+    if (!chat) session->reset();
     try {
       turn(line);
     } catch (const std::exception& e) {  // e.g. one message longer than the context: the chat goes on
       if (chat && !messages.empty() && messages.back().role == "user") messages.pop_back();
-      session.reset();  // a turn that failed mid-way leaves its cache unknown
+      session->reset();  // a turn that failed mid-way leaves its cache unknown
       std::fprintf(stderr, "Error: %s\n", e.what());
       continue;
     }
@@ -349,6 +457,8 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<RunArgs>();
   a->load.threads = 0;
   auto* c = root.add_subcommand("run", "Generate text: one-shot with -p or -f, interactive chat without");
+  add_examples(c, {"cortiq run build/stories260K.cmf -p \"Once upon a time\" -n 64 -t 4",
+                   "cortiq run chat-model.cmf --system \"Be brief.\"   # interactive chat (/help inside)"});
   c->add_option("model", a->model, "model .cmf file")->required();
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
   a->file_opt = c->add_option("-f,--file", a->prompt_file,
@@ -377,8 +487,15 @@ void setup(CLI::App& root) {
   c->add_flag("--raw", a->raw, "no chat template: encode the prompt as is (BOS when the tokenizer wants it)");
   c->add_option("--system", a->system, "system message (chat mode)");
   c->add_flag("--no-think", a->no_think, "chat template with enable_thinking=false");
-  c->add_option("-t,--task", a->load.task,
-                "task mask name, or 'off' (default: the file's fallback mask; threads: --threads)");
+  c->add_option(
+      "--task", a->load.task,
+      "task mask name, or 'off' (default: the file's fallback mask; -t is --threads, as in llama.cpp)");
+  c->add_option("--chat-template-file", a->chat_template_file,
+                "Jinja chat template to use instead of the file's (e.g. to chat with a base model)")
+      ->check(CLI::ExistingFile);
+  c->add_flag(
+      "--verbose-prompt", a->verbose_prompt,
+      "print the prompt the model is given (the rendered chat template) and its token count on stderr");
   add_load_flags(c, a->load);
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");

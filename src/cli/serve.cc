@@ -13,6 +13,8 @@ namespace {
 void setup(CLI::App& root) {
   auto o = std::make_shared<server::ServerOptions>();
   auto* c = root.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE streaming)");
+  add_examples(c, {"cortiq serve build/stories260K.cmf --port 8080",
+                   "cortiq serve model.cmf --parallel 4 --api-key \"$KEY\" --host 0.0.0.0"});
   c->add_option("model", o->model_path, "model .cmf file")->required();
   c->add_option("--host", o->host, "address to bind (default 127.0.0.1: local only)");
   c->add_option("--port", o->port, "TCP port (8080; 0 = any free port, printed on the Listening line)")
@@ -31,7 +33,7 @@ void setup(CLI::App& root) {
   c->add_option("--queue", o->queue, "requests that may wait for a slot before 429 (16)");
   c->add_option("--max-body", o->max_body_bytes, "request body limit in bytes (8 MiB; 413 above)");
   c->add_option("--alias", o->alias, "model id shown by /v1/models (default <arch_name>-cortiq)");
-  c->add_option("-t,--task", o->load.task, "default task mask name, or 'off'");
+  c->add_option("--task", o->load.task, "default task mask name, or 'off' (-t is --threads)");
   o->load.threads = 0;  // all cores, as run and ppl
   add_load_flags(c, o->load);
   c->add_option("-c,--ctx", o->load.ctx,

@@ -26,6 +26,9 @@ void setup_sign(CLI::App& root) {
   auto o = std::make_shared<SignOpts>();
   auto* c =
       root.add_subcommand("sign", "Write <file>.sig (Ed25519 over the file's SHA-256; every shard of a set)");
+  add_examples(
+      c, {"cortiq sign model.cmf   # writes model.cmf.sig (key: cortiq-signing.key, created if missing)",
+          "cortiq verify model.cmf --pubkey \"$(cortiq sign --show-pubkey)\""});
   c->add_option("file", o->file, "model .cmf (a shard's name signs every file of the set)");
   auto* key = c->add_option("--key", o->key,
                             "key file: 64 hex chars (32-byte seed); the default one is created from OS "

@@ -127,11 +127,16 @@ void eval_cmd(EvalArgs& a) {
 
 void setup(CLI::App& root) {
   auto* s = root.add_subcommand("skill", "Skills on one backbone: add, list, rm, materialize, export, apply");
+  add_examples(s, {"cortiq skill list models/testbed/testbed-skills.cmf",
+                   "cortiq skill materialize models/testbed/testbed-skills.cmf code -o /tmp/tb-code.cmf"});
   s->require_subcommand(1);
 
   auto a = std::make_shared<AddArgs>();
   auto* add =
       s->add_subcommand("add", "Add a donor's changed tensors as skill overlays, with a routing descriptor");
+  add_examples(
+      add,
+      {"cortiq skill add base.cmf --from code-finetune.cmf --id code --prompts code.txt -o base+code.cmf"});
   add->add_option("base", a->o.base, "base .cmf")->required();
   add->add_option("--from", a->o.from, "donor: HF folder or .cmf of the same model")->required();
   add->add_option("--id", a->o.id, "skill id ([A-Za-z0-9_-])")->required();
@@ -156,13 +161,14 @@ void setup(CLI::App& root) {
   add->add_option("--skill-quant", a->o.skill_quant,
                   "store overlays at this codec (default: each base tensor's)");
   add->add_flag("--replace", a->o.replace, "replace an existing skill of the same id");
-  add->add_option("--threads", a->o.threads, "kernel threads for φ (0 = all cores)");
+  add->add_option("-t,--threads", a->o.threads, "kernel threads for φ (0 = all cores)");
   add->add_option("-o,--output", a->output, "output .cmf (default: append to the base in place)");
   add->callback([a] { add_cmd(*a); });
 
   auto lp = std::make_shared<std::string>();
   auto lj = std::make_shared<bool>(false);
   auto* list = s->add_subcommand("list", "List a file's skills");
+  add_examples(list, {"cortiq skill list models/testbed/testbed-skills.cmf --json"});
   list->add_option("file", *lp, ".cmf")->required();
   list->add_flag("--json", *lj, "JSON records");
   list->callback([lp, lj] { list_cmd(*lp, *lj); });
@@ -172,6 +178,7 @@ void setup(CLI::App& root) {
   };
   auto rm = std::make_shared<Rm>();
   auto* rmc = s->add_subcommand("rm", "Remove a skill (record and overlays)");
+  add_examples(rmc, {"cortiq skill rm base+code.cmf code"});
   rmc->add_option("file", rm->file, ".cmf")->required();
   rmc->add_option("id", rm->id, "skill id")->required();
   rmc->add_option("-o,--output", rm->output, "output .cmf (default: in place, by append)");
@@ -187,6 +194,9 @@ void setup(CLI::App& root) {
   };
   auto mat = std::make_shared<Mat>();
   auto* matc = s->add_subcommand("materialize", "Write the specialist one skill of a file stands for");
+  add_examples(
+      matc,
+      {"cortiq skill materialize models/testbed/testbed-skills.cmf scripture -o /tmp/tb-scripture.cmf"});
   matc->add_option("file", mat->file, ".cmf with skills")->required();
   matc->add_option("id", mat->id, "skill id")->required();
   matc->add_option("-o,--output", mat->output, "output .cmf")->required();
@@ -201,6 +211,7 @@ void setup(CLI::App& root) {
   };
   auto ex = std::make_shared<Export>();
   auto* exc = s->add_subcommand("export", "Cut a specialist into a SKILL_FILE against its base");
+  add_examples(exc, {"cortiq skill export /tmp/tb-scripture.cmf --base base.cmf -o scripture.skill.cmf"});
   exc->add_option("specialist", ex->specialist, "specialist .cmf")->required();
   exc->add_option("--base", ex->base, "base .cmf")->required();
   exc->add_option("--id", ex->id, "skill id (default: the specialist's file stem)");
@@ -219,6 +230,7 @@ void setup(CLI::App& root) {
   };
   auto ap = std::make_shared<Apply>();
   auto* apc = s->add_subcommand("apply", "Apply a SKILL_FILE to its base: a runnable specialist");
+  add_examples(apc, {"cortiq skill apply base.cmf scripture.skill.cmf -o scripture.cmf"});
   apc->add_option("base", ap->base, "base .cmf")->required();
   apc->add_option("skill", ap->skill, "skill .cmf (SKILL_FILE)")->required();
   apc->add_option("-o,--output", ap->output, "output .cmf")->required();
@@ -241,7 +253,7 @@ void setup(CLI::App& root) {
       ->check(positive());
   evc->add_option("--seed", ev->o.seed, "window sampler seed");
   evc->add_option("--tau", ev->o.route.tau, "uncalibrated novelty threshold on E (default 0.30)");
-  evc->add_option("--threads", ev->o.threads, "kernel threads (0 = all cores)");
+  evc->add_option("-t,--threads", ev->o.threads, "kernel threads (0 = all cores)");
   evc->callback([ev] { eval_cmd(*ev); });
 
   auto ca = std::make_shared<CalibrateArgs>();

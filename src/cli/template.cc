@@ -119,6 +119,9 @@ void run(const TemplateArgs& a) {
 void setup(CLI::App& root) {
   auto a = std::make_shared<TemplateArgs>();
   auto* c = root.add_subcommand("template", "Render a chat template (as transformers' apply_chat_template)");
+  add_examples(c,
+               {"cortiq template ../shared/models/tokenizer-qwen2.5 --messages chat.json",
+                "echo '[{\"role\":\"user\",\"content\":\"Hi\"}]' | cortiq template model.cmf --messages -"});
   c->add_option("model", a->model, "model.cmf, tokenizer_config.json or a Hugging Face folder")->required();
   c->add_option("--messages", a->messages,
                 "JSON file (- = stdin): [messages] or {messages, tools, ...kwargs}")

@@ -140,6 +140,8 @@ void run(const TokenizeArgs& a) {
 void setup(CLI::App& root) {
   auto a = std::make_shared<TokenizeArgs>();
   auto* c = root.add_subcommand("tokenize", "Tokenize text with a model's tokenizer (HF tokenizers parity)");
+  add_examples(c, {"cortiq tokenize build/stories260K.cmf --text \"Once upon a time\"",
+                   "cortiq tokenize tokenizer.json -f a.txt b.txt --bin tokens.bin"});
   c->add_option("model", a->model, "model.cmf, tokenizer.json or a Hugging Face folder")->required();
   auto* t = c->add_option("--text", a->text, "text to tokenize");
   auto* f = c->add_option("-f,--file", a->files,

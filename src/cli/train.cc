@@ -219,6 +219,9 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<TrainArgs>();
   auto* c =
       root.add_subcommand("train", "Train a llama-architecture model on text files (HF checkpoint out)");
+  add_examples(c,
+               {"cortiq train -o run1 --tokenizer tokenizer.json --data train.txt --val val.txt --steps 2000",
+                "cortiq train -o run1 --resume run1/checkpoint"});
   c->add_option("-o,--output", a->output,
                 "output folder (HF checkpoint; checkpoint/ holds the training state)")
       ->required();
@@ -251,7 +254,7 @@ void setup(CLI::App& root) {
   c->add_option("--weight-decay", a->opt.adamw.weight_decay)->capture_default_str();
   c->add_option("--seed", a->opt.seed, "window sampler seed")->capture_default_str();
   c->add_option("--init-seed", a->init_seed, "weight initialization seed")->capture_default_str();
-  c->add_option("--threads", a->opt.threads, "kernel threads")->capture_default_str();
+  c->add_option("-t,--threads", a->opt.threads, "kernel threads")->capture_default_str();
   c->add_option("--eval-every", a->eval_every, "validation every N steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

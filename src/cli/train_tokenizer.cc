@@ -25,6 +25,7 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<TrainTokenizerArgs>();
   auto* c = root.add_subcommand("train-tokenizer",
                                 "Learn a byte-level BPE tokenizer from text files (tokenizer.json)");
+  add_examples(c, {"cortiq train-tokenizer corpus/*.txt -o tokenizer.json --vocab-size 8192"});
   c->add_option("files", a->files, "plain UTF-8 text files (all of them are one corpus)")->required();
   c->add_option("-o,--output", a->output, "tokenizer.json to write")->required();
   c->add_option("--vocab-size", a->opt.vocab_size, "total tokens: specials + 256 bytes + merges")

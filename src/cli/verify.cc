@@ -123,6 +123,8 @@ void setup_verify(CLI::App& root) {
   auto o = std::make_shared<VerifyOpts>();
   auto* c = root.add_subcommand("verify",
                                 "Check envelope, bounds, header/directory/section/tensor hashes and .sig");
+  add_examples(
+      c, {"cortiq verify build/stories260K.cmf", "cortiq verify model.cmf --pubkey cortiq-signing.pub"});
   c->add_option("file", o->file,
                 "model .cmf (one file; shards are verified one by one, their signatures as a set)")
       ->required();

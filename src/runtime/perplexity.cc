@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -54,10 +55,12 @@ struct Acc {
 
 /// Scores every sequence of `seqs` from an empty cache on an engine of `parallel` slots: the NLL
 /// of seq[j+1] at each position j >= first, per sequence in position order. Rethrows the failure
-/// of the first sequence (in order) that failed.
+/// of the first sequence (in order) that failed. `seq_done(i)` (optional) is called on the engine's
+/// thread, under the completion lock, with i and its NLLs when sequence i was scored without failure.
+using SeqDone = std::function<void(size_t, const std::vector<double>&)>;
 std::vector<std::vector<double>> score_sequences(LoadedModel& lm,
                                                  const std::vector<std::vector<uint32_t>>& seqs, size_t first,
-                                                 const PplOptions& opt) {
+                                                 const PplOptions& opt, const SeqDone& seq_done = {}) {
   if (opt.parallel == 0) fail(ErrorKind::InvalidArgument, "--parallel must be >= 1");
   size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
@@ -76,12 +79,17 @@ std::vector<std::vector<double>> score_sequences(LoadedModel& lm,
     job->score_chunk = opt.batch ? opt.batch : seqs[i].size();
     const std::vector<uint32_t>* seq = &seqs[i];
     std::vector<double>* out = &nll[i];
-    job->on_prompt_logits = [seq, out](size_t j, std::span<const float> logits) {
-      if (j + 1 < seq->size()) out->push_back(token_nll(logits, (*seq)[j + 1]));
+    const auto* on_logits = opt.on_logits ? &opt.on_logits : nullptr;
+    job->on_prompt_logits = [seq, out, on_logits, i](size_t j, std::span<const float> logits) {
+      if (j + 1 >= seq->size()) return;
+      out->push_back(token_nll(logits, (*seq)[j + 1]));
+      if (on_logits) (*on_logits)(i, j, logits);
     };
     if (opt.progress) job->on_prompt_progress = opt.progress;
-    job->on_done = [&](const std::string&, size_t, const std::string&) {
+    Job* self = job.get();
+    job->on_done = [&, self, i](const std::string&, size_t, const std::string&) {
       std::lock_guard<std::mutex> g(mu);
+      if (seq_done && !self->failure) seq_done(i, nll[i]);
       ++done;
       cv.notify_all();
     };
@@ -116,8 +124,21 @@ PplResult perplexity_chunked(LoadedModel& lm, std::span<const uint32_t> ids, siz
     chunks[c].assign(ids.begin() + c * n_ctx, ids.begin() + (c + 1) * n_ctx);
     if (bos) chunks[c][0] = *bos;
   }
+  // running estimates in chunk order, as chunks finish (parallel slots may finish out of order)
+  std::vector<const std::vector<double>*> finished(n_chunks, nullptr);
+  size_t next = 0;
+  Acc running;
+  SeqDone seq_done;
+  if (opt.on_chunk)
+    seq_done = [&](size_t i, const std::vector<double>& nll) {
+      finished[i] = &nll;
+      for (; next < n_chunks && finished[next]; ++next) {
+        for (double x : *finished[next]) running.add(x);
+        opt.on_chunk(next + 1, running.result(next + 1));
+      }
+    };
   Acc acc;
-  for (const auto& chunk : score_sequences(lm, chunks, n_ctx / 2, opt))
+  for (const auto& chunk : score_sequences(lm, chunks, n_ctx / 2, opt, seq_done))
     for (double x : chunk) acc.add(x);
   return acc.result(n_chunks);
 }

@@ -34,11 +34,11 @@ const cmf::TaskMask* find_task(const cmf::Reader& r, std::string_view name, std:
 }
 
 namespace {
-/// For a task name that is a number: llama.cpp users type `-t 4` for threads, which is `--task`
-/// here.
+/// For a task name that is a number: a thread count given to `--task` by mistake (threads are
+/// `-t/--threads`, as in llama.cpp).
 std::string threads_hint(const std::string& task) {
   const bool integer = !task.empty() && task.find_first_not_of("0123456789") == std::string::npos;
-  return integer ? " (-t/--task selects a task mask; the thread count is --threads)" : "";
+  return integer ? " (--task selects a task mask; the thread count is -t/--threads)" : "";
 }
 }  // namespace
 
