@@ -323,8 +323,8 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
       continue;
     }
     if (fused && fused->role == cmf::TensorRole::FusedGateUp) {
-      cut({{cmf::TensorRole::FfnGate, arch.intermediate_size},
-           {cmf::TensorRole::FfnUp, arch.intermediate_size}});
+      const uint64_t width = t.shape.size() == 2 ? t.shape[0] / 2 : arch.intermediate_size;  // per layer
+      cut({{cmf::TensorRole::FfnGate, width}, {cmf::TensorRole::FfnUp, width}});
       continue;
     }
     srcs.push_back({std::move(name), &t});
@@ -492,6 +492,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
   wo.expected_tensors = jobs.size();
   wo.shard_max_bytes = opt.shard_max_bytes;
   cmf::Writer w(opt.output, wo);
+  if (files.tokenizer_from_model)
+    res.warnings.push_back(fmt::format(
+        "no tokenizer.json in '{}': the tokenizer was built from tokenizer.model (as transformers' LlamaConverter "
+        "does)",
+        opt.model_dir));
   if (files.tokenizer_json) {
     w.set_vocab(std::vector<uint8_t>(files.tokenizer_json->begin(), files.tokenizer_json->end()));
   } else {
