@@ -1,8 +1,6 @@
 // `cortiq export-gguf <model.cmf> -o model.gguf [--type f32|f16|bf16|q8_0|q4_0] [--skill ID]` —
 // CMF → GGUF for llama.cpp (issue 32 item 1; convert/gguf_export.h). Prints `✓ wrote <output>` and
 // what was exact and what was re-quantized (with the worst error).
-#include "convert/gguf_export.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "convert/gguf_export.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -32,11 +31,12 @@ void export_cmd(ExportArgs& a) {
                static_cast<unsigned long long>(r.tensors), static_cast<unsigned long long>(r.exact),
                widths.c_str());
   if (r.requantized)
-    std::fprintf(stderr,
-                 "warning: %llu tensors re-quantized (their codec has no exact GGUF type): max |Δ| %.3g, worst "
-                 "relative RMS error %.3g in '%s'\n",
-                 static_cast<unsigned long long>(r.requantized), r.max_abs_err, r.worst_rel_rms,
-                 r.worst_tensor.c_str());
+    std::fprintf(
+        stderr,
+        "warning: %llu tensors re-quantized (their codec has no exact GGUF type): max |Δ| %.3g, worst "
+        "relative RMS error %.3g in '%s'\n",
+        static_cast<unsigned long long>(r.requantized), r.max_abs_err, r.worst_rel_rms,
+        r.worst_tensor.c_str());
   std::printf("✓ wrote %s (%.1f MB)\n", r.output.c_str(), static_cast<double>(r.bytes) / 1e6);
 }
 
@@ -49,7 +49,9 @@ void setup(CLI::App& root) {
                 "f32|f16|bf16|q8_0|q4_0 for every matrix (default: keep each tensor's precision; q8_row → "
                 "Q8_0 and q4_block → Q4_0 exactly)");
   c->add_option("--skill", a->o.skill, "export this skill applied on the backbone");
-  c->add_option("-t,--task", a->o.task, "(refused: defrag a task first, then export the defragged file)");
+  c->add_option(
+      "--task,--mask", a->o.task,
+      "(refused: a task mask is made a model by `cortiq defrag --mask NAME` first; export that file)");
   c->callback([a] {
     a->o.progress = true;
     export_cmd(*a);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/gguf_input.h"
 #include "runtime/perplexity.h"
 #include "runtime/session.h"
 #include "specialize/skill_choice.h"
@@ -48,7 +49,7 @@ void ppl_cmd(const PplArgs& a) {
          "--tokens applies to prefix mode (--mode prefix); chunked mode takes --ctx and --chunks");
   runtime::LoadOptions lo = a.load;
   lo.ctx = a.mode == "prefix" ? 0 : a.ctx;  // prefix: the model's context, --tokens checked below
-  runtime::LoadedModel lm = runtime::load_model(a.model, lo);
+  runtime::LoadedModel lm = runtime::load_model(resolve_model_path(a.model, a.load), lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
   if (const std::string routed = specialize::bind_routed(lm, lo, ids, false); !routed.empty())
     std::fprintf(stderr, "%s\n", routed.c_str());  // --skill/--blend auto: on the text's first 128 tokens
@@ -111,7 +112,7 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<PplArgs>();
   a->load.threads = 0;
   auto* c = root.add_subcommand("ppl", "Perplexity of a model on a text file");
-  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("model", a->model, "model .cmf file (or .gguf: converted once, cached)")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file")->required();
   c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512; at least 4)")
       ->check(at_least(4))
@@ -129,6 +130,7 @@ void setup(CLI::App& root) {
                 "the model's context)")
       ->each([a](const std::string&) { a->tokens_given = true; });
   add_load_flags(c, a->load);
+  add_gguf_flag(c, a->load);
   c->add_option("-t,--task", a->load.task, "task mask name, or 'off' (threads: --threads)");
   c->callback([a] { ppl_cmd(*a); });
 }

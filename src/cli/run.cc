@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/gguf_input.h"
 #include "runtime/session.h"
 #include "tokenizer/output_protocol.h"
 #include "specialize/skill_choice.h"
@@ -181,7 +182,7 @@ void print_footer(const runtime::GenerateResult& r) {
 void run_cmd(const RunArgs& a) {
   const bool one_shot = a.prompt_opt->count() || a.file_opt->count();
   const std::string prompt = a.file_opt->count() ? read_prompt_file(a.prompt_file) : a.prompt;
-  runtime::LoadedModel lm = runtime::load_model(a.model, a.load);
+  runtime::LoadedModel lm = runtime::load_model(resolve_model_path(a.model, a.load), a.load);
   // Skills: a one-shot prompt on a file with routable skills routes when no flag chose (CLI-NOTES run).
   const std::string routed = specialize::bind_routed(
       lm, a.load, one_shot && lm.tokenizer ? lm.encode_raw(prompt) : std::vector<uint32_t>{}, true);
@@ -302,7 +303,7 @@ void setup(CLI::App& root) {
   auto a = std::make_shared<RunArgs>();
   a->load.threads = 0;
   auto* c = root.add_subcommand("run", "Generate text: one-shot with -p or -f, interactive chat without");
-  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("model", a->model, "model .cmf file (or .gguf: converted once, cached)")->required();
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
   a->file_opt = c->add_option("-f,--file", a->prompt_file,
                               "prompt (one-shot) read from FILE, less one trailing newline");
@@ -333,6 +334,7 @@ void setup(CLI::App& root) {
   c->add_option("-t,--task", a->load.task,
                 "task mask name, or 'off' (default: the file's fallback mask; threads: --threads)");
   add_load_flags(c, a->load);
+  add_gguf_flag(c, a->load);
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);

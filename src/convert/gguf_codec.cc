@@ -59,7 +59,8 @@ std::vector<uint8_t> ggml_encode(GgmlType type, std::span<const float> v, uint64
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       uint8_t* y = out.data() + b * 34;
       store_le<uint16_t>(y, f32_to_f16(d));
-      for (uint64_t j = 0; j < kQK; ++j) y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
+      for (uint64_t j = 0; j < kQK; ++j)
+        y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
     }
     return out;
   }
@@ -91,7 +92,8 @@ std::optional<std::vector<uint8_t>> ggml_exact_from_cmf(GgmlType type, quant::DT
   using quant::DType;
   const uint64_t n = product(shape);
   const uint64_t cols = shape.empty() ? 1 : shape.back();
-  const bool same_float = (type == GgmlType::F32 && d == DType::F32) || (type == GgmlType::F16 && d == DType::F16) ||
+  const bool same_float = (type == GgmlType::F32 && d == DType::F32) ||
+                          (type == GgmlType::F16 && d == DType::F16) ||
                           (type == GgmlType::BF16 && d == DType::BF16);
   if (same_float) return std::vector<uint8_t>(payload.begin(), payload.end());
   if (type == GgmlType::F32 && (d == DType::F16 || d == DType::BF16)) {

@@ -4,7 +4,8 @@
 //   q8_row (per-row f16 scale, i8 values)          → Q8_0 (block of 32: f16 d, i8 qs[32]): d = the
 //                                                     row's scale, qs = the row's values;
 //   q4_block / q4_tiled (per 32-group f16 scale,   ↔ Q4_0 (block of 32: f16 d, u8 qs[16], element j in
-//     element 2k / 2k+1 in byte k low / high)        qs[j] low for j < 16, qs[j−16] high): same d, same nibbles;
+//     element 2k / 2k+1 in byte k low / high)        qs[j] low for j < 16, qs[j−16] high): same d, same
+//     nibbles;
 //   f32 / f16 / bf16                               ↔ F32 / F16 / BF16 byte for byte (and f16/bf16 → F32).
 // Each needs the rows to be whole blocks (cols % 32 == 0), which ggml requires of Q8_0/Q4_0 anyway.
 #pragma once

@@ -26,11 +26,11 @@ using quant::DType;
 
 /// HF module suffix (after `model.layers.N.`) → GGUF (after `blk.N.`): gguf-py constants.py.
 constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
-    {"input_layernorm", "attn_norm"},      {"self_attn.q_proj", "attn_q"},
-    {"self_attn.k_proj", "attn_k"},        {"self_attn.v_proj", "attn_v"},
-    {"self_attn.o_proj", "attn_output"},   {"post_attention_layernorm", "ffn_norm"},
-    {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"},         {"self_attn.q_norm", "attn_q_norm"},
+    {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
+    {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
+    {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+    {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"},       {"self_attn.q_norm", "attn_q_norm"},
     {"self_attn.k_norm", "attn_k_norm"},
 };
 
@@ -86,29 +86,34 @@ ExportResult export_gguf(const ExportOptions& opt) {
   if (!opt.type.empty()) {
     forced = parse_type(opt.type);
     if (!forced)
-      fail(ErrorKind::InvalidArgument, "--type '{}': export-gguf writes f32, f16, bf16, q8_0 or q4_0", opt.type);
+      fail(ErrorKind::InvalidArgument, "--type '{}': export-gguf writes f32, f16, bf16, q8_0 or q4_0",
+           opt.type);
   }
   if (!opt.task.empty())
-    fail(ErrorKind::InvalidArgument,
-         "--task '{}': a task mask is not a model llama.cpp can run; make it one first with `cortiq defrag {} "
-         "--task {} -o task.cmf`, then export task.cmf",
-         opt.task, opt.input, opt.task);
+    fail(
+        ErrorKind::InvalidArgument,
+        "--task '{}': a task mask is not a model llama.cpp can run; make it one first with `cortiq defrag {} "
+        "--mask {} -o task.cmf`, then export task.cmf",
+        opt.task, opt.input, opt.task);
   cmf::Reader r = cmf::Reader::open(opt.input);
   const cmf::Header& h = r.header();
   const cmf::ModelArch& a = h.arch;
   if (r.is_skill_file())
     fail(ErrorKind::Unsupported,
-         "'{}' is a skill file (the tensors a skill changes, not a model); export its base file with --skill ID",
+         "'{}' is a skill file (the tensors a skill changes, not a model); export its base file with --skill "
+         "ID",
          opt.input);
   std::string arch = a.arch_name;
   if (arch == "mistral") arch = "llama";  // llama.cpp writes Mistral as llama
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
     fail(ErrorKind::Unsupported,
-         "architecture '{}': export-gguf writes llama, mistral, qwen2, qwen3 and phi3 (the llama.cpp names this "
+         "architecture '{}': export-gguf writes llama, mistral, qwen2, qwen3 and phi3 (the llama.cpp names "
+         "this "
          "exporter writes and `cortiq convert model.gguf` reads back)",
          a.arch_name);
   const auto refuse = [&](bool has, const char* what) {
-    if (has) fail(ErrorKind::Unsupported, "'{}': {} cannot be written to a GGUF '{}' model", opt.input, what, arch);
+    if (has)
+      fail(ErrorKind::Unsupported, "'{}': {} cannot be written to a GGUF '{}' model", opt.input, what, arch);
   };
   refuse(a.moe.has_value(), "a mixture of experts");
   refuse(a.mla.has_value(), "multi-head latent attention");
@@ -117,9 +122,9 @@ ExportResult export_gguf(const ExportOptions& opt) {
   refuse(a.final_logit_softcapping.has_value() || a.attn_logit_softcapping.has_value(), "logit softcapping");
   refuse(a.num_loops != 1, "looped layers");
   refuse(a.embed_multiplier != 1.0 || a.logit_multiplier.has_value(), "embedding/logit multipliers");
-  if (arch != "phi3" && a.sliding_window && std::any_of(a.layer_types.begin(), a.layer_types.end(), [](auto t) {
-        return t == cmf::LayerType::SlidingAttention;
-      }))
+  if (arch != "phi3" && a.sliding_window &&
+      std::any_of(a.layer_types.begin(), a.layer_types.end(),
+                  [](auto t) { return t == cmf::LayerType::SlidingAttention; }))
     refuse(true, "sliding-window attention");
 
   // the skill applied: its tensors replace the backbone's
@@ -136,15 +141,17 @@ ExportResult export_gguf(const ExportOptions& opt) {
            known.empty() ? "none" : known);
     if (rec->input_mask_task)
       fail(ErrorKind::InvalidArgument,
-           "--skill '{}' runs under task mask '{}', which GGUF cannot carry; run `cortiq defrag {} --task {}` first "
-           "and export that file",
+           "--skill '{}' runs under task mask '{}', which GGUF cannot carry; run `cortiq defrag {} --mask {} "
+           "-o task.cmf` "
+           "first and export that file",
            skill, *rec->input_mask_task, opt.input, *rec->input_mask_task);
   }
   if (r.masks() && !r.masks()->masks.empty())
-    res.notes.push_back(fmt::format(
-        "the file's {} task mask(s) are not exported (GGUF has none): the GGUF is the full backbone; for a task, "
-        "`cortiq defrag --task ID` first",
-        r.masks()->masks.size()));
+    res.notes.push_back(
+        fmt::format("the file's {} task mask(s) are not exported (GGUF has none): the GGUF is the full "
+                    "backbone; for a task, "
+                    "`cortiq defrag FILE --mask NAME -o task.cmf` first",
+                    r.masks()->masks.size()));
   auto source = [&](const std::string& name) -> const cmf::TensorInfo* {
     if (!skill.empty())
       if (const auto* t = r.find("skill." + skill + "." + name)) return t;
@@ -168,7 +175,8 @@ ExportResult export_gguf(const ExportOptions& opt) {
     if (src->shape != t.shape)
       fail(ErrorKind::Parse, "skill '{}': tensor '{}' has shape [{}], the backbone's is [{}]", skill, t.name,
            fmt::join(src->shape, ", "), fmt::join(t.shape, ", "));
-    if (place && place->role == cmf::TensorRole::FfnGate && place->layer < widths.size() && t.shape.size() == 2)
+    if (place && place->role == cmf::TensorRole::FfnGate && place->layer < widths.size() &&
+        t.shape.size() == 2)
       widths[place->layer] = static_cast<uint32_t>(t.shape[0]);
     // phi3: q|k|v → attn_qkv, gate|up → ffn_up (Phi3MiniModel writes HF's fused tensors)
     if (arch == "phi3" && place) {
@@ -188,7 +196,7 @@ ExportResult export_gguf(const ExportOptions& opt) {
         Out& o = outs[it->second];
         // order inside the fusion: q, k, v / gate, up
         const int rank = place->role == cmf::TensorRole::Q || place->role == cmf::TensorRole::FfnGate ? 0
-                         : place->role == cmf::TensorRole::K                                         ? 1
+                         : place->role == cmf::TensorRole::K || place->role == cmf::TensorRole::FfnUp ? 1
                                                                                                       : 2;
         o.parts.resize(std::max<size_t>(o.parts.size(), rank + 1), nullptr);
         o.parts[rank] = src;
@@ -204,7 +212,8 @@ ExportResult export_gguf(const ExportOptions& opt) {
   }
   for (const Out& o : outs)
     for (const auto* p : o.parts)
-      if (!p) fail(ErrorKind::Parse, "'{}': GGUF tensor '{}' misses one of its fused parts", opt.input, o.name);
+      if (!p)
+        fail(ErrorKind::Parse, "'{}': GGUF tensor '{}' misses one of its fused parts", opt.input, o.name);
   if (!by_name.count("token_embd.weight"))
     fail(ErrorKind::Parse, "'{}' has no model.embed_tokens.weight", opt.input);
   res.ffn_widths = widths;
@@ -220,7 +229,8 @@ ExportResult export_gguf(const ExportOptions& opt) {
       rf.values.assign(f.begin(), f.end());
       outs.insert(outs.begin(), std::move(rf));
     } else {
-      fail(ErrorKind::Unsupported, "'{}': per-pair RoPE factors cannot be written for GGUF '{}'", opt.input, arch);
+      fail(ErrorKind::Unsupported, "'{}': per-pair RoPE factors cannot be written for GGUF '{}'", opt.input,
+           arch);
     }
   }
 
@@ -236,17 +246,27 @@ ExportResult export_gguf(const ExportOptions& opt) {
       t = *forced;
     } else {
       switch (o.parts[0]->dtype) {
-        case DType::F32: t = GgmlType::F32; break;
-        case DType::F16: t = GgmlType::F16; break;
-        case DType::BF16: t = GgmlType::BF16; break;
+        case DType::F32:
+          t = GgmlType::F32;
+          break;
+        case DType::F16:
+          t = GgmlType::F16;
+          break;
+        case DType::BF16:
+          t = GgmlType::BF16;
+          break;
         case DType::Q4Block:
-        case DType::Q4Tiled: t = GgmlType::Q4_0; break;
-        default: t = GgmlType::Q8_0; break;
+        case DType::Q4Tiled:
+          t = GgmlType::Q4_0;
+          break;
+        default:
+          t = GgmlType::Q8_0;
+          break;
       }
     }
     if ((t == GgmlType::Q8_0 || t == GgmlType::Q4_0) && o.shape[1] % 32 != 0) {
-      res.notes.push_back(fmt::format("'{}': rows of {} values are not whole 32-blocks: F16 instead of {}", o.name,
-                                      o.shape[1], ggml_type_name(static_cast<uint32_t>(t))));
+      res.notes.push_back(fmt::format("'{}': rows of {} values are not whole 32-blocks: F16 instead of {}",
+                                      o.name, o.shape[1], ggml_type_name(static_cast<uint32_t>(t))));
       t = GgmlType::F16;
     }
     o.type = t;
@@ -261,7 +281,8 @@ ExportResult export_gguf(const ExportOptions& opt) {
   GgufWriter w;
   res.arch = arch;
   std::string name = std::filesystem::path(opt.input).stem().string();
-  if (h.provenance.is_object() && h.provenance.contains("source_model") && h.provenance["source_model"].is_string())
+  if (h.provenance.is_object() && h.provenance.contains("source_model") &&
+      h.provenance["source_model"].is_string())
     name = h.provenance["source_model"].get<std::string>();
   using V = GgufValueType;
   w.add("general.architecture", V::String, arch);

@@ -37,14 +37,14 @@ struct ExportOptions {
 
 struct ExportResult {
   std::string output;
-  uint64_t bytes = 0;       ///< size of the written file
-  uint64_t tensors = 0;     ///< GGUF tensors written
-  uint64_t exact = 0;       ///< tensors whose values are the CMF values exactly
-  uint64_t requantized = 0; ///< tensors whose values changed (rounded to another codec)
-  double max_abs_err = 0;   ///< over the re-quantized tensors: max |GGUF value − CMF value|
-  double worst_rel_rms = 0; ///< largest ‖Δ‖/‖w‖ of one re-quantized tensor
-  std::string worst_tensor; ///< the tensor with that relative error
-  std::string arch;         ///< general.architecture written
+  uint64_t bytes = 0;                ///< size of the written file
+  uint64_t tensors = 0;              ///< GGUF tensors written
+  uint64_t exact = 0;                ///< tensors whose values are the CMF values exactly
+  uint64_t requantized = 0;          ///< tensors whose values changed (rounded to another codec)
+  double max_abs_err = 0;            ///< over the re-quantized tensors: max |GGUF value − CMF value|
+  double worst_rel_rms = 0;          ///< largest ‖Δ‖/‖w‖ of one re-quantized tensor
+  std::string worst_tensor;          ///< the tensor with that relative error
+  std::string arch;                  ///< general.architecture written
   std::vector<uint32_t> ffn_widths;  ///< [layers] FFN width per layer
   std::vector<std::string> notes;    ///< things the user should know (masks not exported, fallbacks)
 };
@@ -53,9 +53,9 @@ struct ExportResult {
 /// one llama.cpp has no name for here (llama, mistral → llama, qwen2, qwen3, phi3 are written) or a
 /// feature GGUF cannot carry (MoE, MLA, per-layer head counts, softcapping, …), for a skill file
 /// (deltas only; export its base with --skill); Error(InvalidArgument) for an unknown `type`, an
-/// unknown skill (listing the known ones), any `task` (the hint: `cortiq defrag --task ID` first,
-/// then export the defragged file) and a skill that activates a task mask; what the reader throws.
-/// The output goes through temp + rename: nothing under `output` on error.
+/// unknown skill (listing the known ones), any `task` (the hint: `cortiq defrag FILE --mask ID -o task.cmf`
+/// first, then export the defragged file) and a skill that activates a task mask; what the reader throws. The
+/// output goes through temp + rename: nothing under `output` on error.
 ExportResult export_gguf(const ExportOptions& opt);
 
 }  // namespace cortiq::convert

@@ -496,7 +496,9 @@ std::string merge_text(const json& m, size_t i) {
   fail(ErrorKind::Parse, "tokenizer.json: model.merges[{}] is not a merge", i);
 }
 
-GgufKv kv(std::string key, GgufValueType t, json v) { return {std::move(key), t, t, std::move(v)}; }
+GgufKv kv(std::string key, GgufValueType t, json v) {
+  return {std::move(key), t, t, std::move(v)};
+}
 GgufKv arr(std::string key, GgufValueType elem, json v) {
   return {std::move(key), GgufValueType::Array, elem, std::move(v)};
 }
@@ -515,14 +517,17 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
   const std::string mtype = model.is_object() ? model.value("type", "") : "";
   if (mtype != "BPE")
     fail(ErrorKind::Unsupported,
-         "tokenizer.json model type '{}': GGUF export writes BPE tokenizers (byte-level 'gpt2' or SentencePiece "
+         "tokenizer.json model type '{}': GGUF export writes BPE tokenizers (byte-level 'gpt2' or "
+         "SentencePiece "
          "'llama')",
          mtype);
-  const bool spm = model.value("byte_fallback", false) || has_part(tj.value("decoder", json()), "ByteFallback");
+  const bool spm =
+      model.value("byte_fallback", false) || has_part(tj.value("decoder", json()), "ByteFallback");
   if (!spm && !has_part(tj.value("pre_tokenizer", json()), "ByteLevel"))
-    fail(ErrorKind::Unsupported,
-         "tokenizer.json: a BPE without byte fallback or a ByteLevel pre-tokenizer has no llama.cpp tokenizer "
-         "model");
+    fail(
+        ErrorKind::Unsupported,
+        "tokenizer.json: a BPE without byte fallback or a ByteLevel pre-tokenizer has no llama.cpp tokenizer "
+        "model");
   if (!model.contains("vocab") || !model["vocab"].is_object())
     fail(ErrorKind::Parse, "tokenizer.json: model.vocab is not an object");
 
@@ -594,7 +599,8 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
     }
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (!scored[i]) scores[i] = -static_cast<double>(merges.size() + i);
-      if (types[i] == kNormal && tokens[i].size() == 6 && tokens[i].starts_with("<0x") && tokens[i].back() == '>')
+      if (types[i] == kNormal && tokens[i].size() == 6 && tokens[i].starts_with("<0x") &&
+          tokens[i].back() == '>')
         types[i] = kByte;
       if (unk_id && i == *unk_id) types[i] = kUnknown;
     }
@@ -633,9 +639,12 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
   }
   const auto n = static_cast<uint32_t>(tokens.size());
   if (bos && *bos < n) out.push_back(kv("tokenizer.ggml.bos_token_id", GgufValueType::U32, *bos));
-  if (!eos.empty() && eos[0] < n) out.push_back(kv("tokenizer.ggml.eos_token_id", GgufValueType::U32, eos[0]));
-  if (eos.size() > 1 && eos[1] < n) out.push_back(kv("tokenizer.ggml.eot_token_id", GgufValueType::U32, eos[1]));
-  if (eos.size() > 2 && eos[2] < n) out.push_back(kv("tokenizer.ggml.eom_token_id", GgufValueType::U32, eos[2]));
+  if (!eos.empty() && eos[0] < n)
+    out.push_back(kv("tokenizer.ggml.eos_token_id", GgufValueType::U32, eos[0]));
+  if (eos.size() > 1 && eos[1] < n)
+    out.push_back(kv("tokenizer.ggml.eot_token_id", GgufValueType::U32, eos[1]));
+  if (eos.size() > 2 && eos[2] < n)
+    out.push_back(kv("tokenizer.ggml.eom_token_id", GgufValueType::U32, eos[2]));
   if (unk_id) out.push_back(kv("tokenizer.ggml.unknown_token_id", GgufValueType::U32, *unk_id));
   if (pad && *pad < n) out.push_back(kv("tokenizer.ggml.padding_token_id", GgufValueType::U32, *pad));
   out.push_back(kv("tokenizer.ggml.add_bos_token", GgufValueType::Bool, add_bos));
@@ -644,8 +653,10 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
     const json& norm = tj.value("normalizer", json());
     const json& pre = tj.value("pre_tokenizer", json());
     bool prefix = has_part(norm, "Prepend");
-    if (pre.is_object() && has_part(pre, "Metaspace")) prefix = prefix || pre.value("prepend_scheme", "always") != "never";
-    if (!prefix) out.push_back(kv("tokenizer.ggml.add_space_prefix", GgufValueType::Bool, false));  // default true
+    if (pre.is_object() && has_part(pre, "Metaspace"))
+      prefix = prefix || pre.value("prepend_scheme", "always") != "never";
+    if (!prefix)
+      out.push_back(kv("tokenizer.ggml.add_space_prefix", GgufValueType::Bool, false));  // default true
   }
   if (bundle && bundle->chat_template)
     out.push_back(kv("tokenizer.chat_template", GgufValueType::String, *bundle->chat_template));

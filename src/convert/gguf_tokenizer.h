@@ -70,9 +70,9 @@ namespace cortiq::convert {
 ///   pre-tokenizer (GPT-2's ByteLevel regex "gpt-2", Llama 3's Split regex "llama-bpe", Qwen2's
 ///   "qwen2"), tokens, token_type, merges;
 /// - a SentencePiece BPE as LlamaConverter builds it (byte_fallback): model "llama", tokens, scores,
-///   token_type (byte pieces 6, unk 2), pre "default", add_space_prefix only when false. The tokenizer.json keeps no scores, so
-///   each piece made by a merge scores −(rank of its first merge) and the others −(merges + id):
-///   the order LlamaConverter recovered its merges from, which is all llama.cpp's SPM tokenizer and
+///   token_type (byte pieces 6, unk 2), pre "default", add_space_prefix only when false. The tokenizer.json
+///   keeps no scores, so each piece made by a merge scores −(rank of its first merge) and the others −(merges
+///   + id): the order LlamaConverter recovered its merges from, which is all llama.cpp's SPM tokenizer and
 ///   tokenizer_from_gguf read of them;
 /// then bos/eos/eot/unknown/padding ids, add_bos_token/add_eos_token (from the post-processor's
 /// template), and tokenizer.chat_template. Added tokens are control (3) when special, else

@@ -27,30 +27,51 @@ void put_string(std::vector<uint8_t>& b, const std::string& s) {
 
 void put_value(std::vector<uint8_t>& b, GgufValueType t, const nlohmann::json& v, const std::string& key) {
   const auto need_int = [&] {
-    if (!v.is_number_integer()) fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not an integer", key, v.dump());
+    if (!v.is_number_integer())
+      fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not an integer", key, v.dump());
   };
   switch (t) {
-    case GgufValueType::U8: need_int(); return put<uint8_t>(b, v.get<uint8_t>());
-    case GgufValueType::I8: need_int(); return put<int8_t>(b, v.get<int8_t>());
-    case GgufValueType::U16: need_int(); return put<uint16_t>(b, v.get<uint16_t>());
-    case GgufValueType::I16: need_int(); return put<int16_t>(b, v.get<int16_t>());
-    case GgufValueType::U32: need_int(); return put<uint32_t>(b, v.get<uint32_t>());
-    case GgufValueType::I32: need_int(); return put<int32_t>(b, v.get<int32_t>());
-    case GgufValueType::U64: need_int(); return put<uint64_t>(b, v.get<uint64_t>());
-    case GgufValueType::I64: need_int(); return put<int64_t>(b, v.get<int64_t>());
+    case GgufValueType::U8:
+      need_int();
+      return put<uint8_t>(b, v.get<uint8_t>());
+    case GgufValueType::I8:
+      need_int();
+      return put<int8_t>(b, v.get<int8_t>());
+    case GgufValueType::U16:
+      need_int();
+      return put<uint16_t>(b, v.get<uint16_t>());
+    case GgufValueType::I16:
+      need_int();
+      return put<int16_t>(b, v.get<int16_t>());
+    case GgufValueType::U32:
+      need_int();
+      return put<uint32_t>(b, v.get<uint32_t>());
+    case GgufValueType::I32:
+      need_int();
+      return put<int32_t>(b, v.get<int32_t>());
+    case GgufValueType::U64:
+      need_int();
+      return put<uint64_t>(b, v.get<uint64_t>());
+    case GgufValueType::I64:
+      need_int();
+      return put<int64_t>(b, v.get<int64_t>());
     case GgufValueType::F32:
-      if (!v.is_number()) fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a number", key, v.dump());
+      if (!v.is_number())
+        fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a number", key, v.dump());
       return put<float>(b, static_cast<float>(v.get<double>()));
     case GgufValueType::F64:
-      if (!v.is_number()) fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a number", key, v.dump());
+      if (!v.is_number())
+        fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a number", key, v.dump());
       return put<double>(b, v.get<double>());
     case GgufValueType::Bool:
       if (!v.is_boolean()) fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a bool", key, v.dump());
       return put<uint8_t>(b, v.get<bool>() ? 1 : 0);
     case GgufValueType::String:
-      if (!v.is_string()) fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a string", key, v.dump());
+      if (!v.is_string())
+        fail(ErrorKind::InvalidArgument, "GGUF key '{}': {} is not a string", key, v.dump());
       return put_string(b, v.get_ref<const std::string&>());
-    case GgufValueType::Array: break;
+    case GgufValueType::Array:
+      break;
   }
   fail(ErrorKind::InvalidArgument, "GGUF key '{}': nested arrays are not written", key);
 }
@@ -123,8 +144,8 @@ uint64_t GgufWriter::write(const std::string& path,
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const std::vector<uint8_t> data = produce(i);
     if (data.size() != tensors_[i].bytes)
-      fail(ErrorKind::InvalidArgument, "GGUF tensor '{}': {} bytes produced, {} declared", tensors_[i].name, data.size(),
-           tensors_[i].bytes);
+      fail(ErrorKind::InvalidArgument, "GGUF tensor '{}': {} bytes produced, {} declared", tensors_[i].name,
+           data.size(), tensors_[i].bytes);
     f.write(data);
     f.write_zeros((kAlign - data.size() % kAlign) % kAlign);
   }

@@ -15,8 +15,19 @@ namespace cortiq::convert {
 
 /// GGUF metadata value types (gguf.h file comment).
 enum class GgufValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7, String = 8, Array = 9,
-  U64 = 10, I64 = 11, F64 = 12
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12
 };
 
 /// One metadata entry: a scalar (`type`, `value`) or, with type Array, an array of `elem` values.

@@ -1,5 +1,4 @@
 #include "convert/hf_config.h"
-#include "convert/sentencepiece.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +6,7 @@
 #include <numbers>
 #include <set>
 
+#include "convert/sentencepiece.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -243,9 +243,11 @@ HfFiles read_hf_files(const std::string& dir) {
     const std::string proto = read_file(path);
     std::optional<bool> add_bos, add_eos;
     if (f.tokenizer_config.is_object()) {
-      if (auto it = f.tokenizer_config.find("add_bos_token"); it != f.tokenizer_config.end() && it->is_boolean())
+      if (auto it = f.tokenizer_config.find("add_bos_token");
+          it != f.tokenizer_config.end() && it->is_boolean())
         add_bos = it->get<bool>();
-      if (auto it = f.tokenizer_config.find("add_eos_token"); it != f.tokenizer_config.end() && it->is_boolean())
+      if (auto it = f.tokenizer_config.find("add_eos_token");
+          it != f.tokenizer_config.end() && it->is_boolean())
         add_eos = it->get<bool>();
     }
     f.tokenizer_json = tokenizer_json_from_sentencepiece(

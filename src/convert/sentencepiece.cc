@@ -60,24 +60,33 @@ struct Proto {
   }
   void skip(uint32_t wire) {
     switch (wire) {
-      case 0: (void)varint(); return;
+      case 0:
+        (void)varint();
+        return;
       case 1:
         if (b.size() - o < 8) bad("truncated fixed64");
         o += 8;
         return;
-      case 2: (void)bytes(); return;
+      case 2:
+        (void)bytes();
+        return;
       case 5:
         if (b.size() - o < 4) bad("truncated fixed32");
         o += 4;
         return;
-      default: bad("unknown wire type");
+      default:
+        bad("unknown wire type");
     }
   }
-  Proto sub(std::span<const uint8_t> s) const { return Proto{s, base + static_cast<size_t>(s.data() - b.data()), path}; }
+  Proto sub(std::span<const uint8_t> s) const {
+    return Proto{s, base + static_cast<size_t>(s.data() - b.data()), path};
+  }
 };
 
 /// An int32 field (varint, two's complement in 64 bits for negatives).
-int64_t as_int32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+int64_t as_int32(uint64_t v) {
+  return static_cast<int32_t>(static_cast<uint32_t>(v));
+}
 
 }  // namespace
 
@@ -141,7 +150,8 @@ json sentencepiece_metadata(std::span<const uint8_t> proto, const std::string& p
   if (model_type != 2) {
     const char* names[] = {"?", "unigram", "BPE", "word", "char"};
     fail(ErrorKind::Unsupported,
-         "{}: SentencePiece model type {} ({}): only BPE models are converted (as transformers' LlamaConverter "
+         "{}: SentencePiece model type {} ({}): only BPE models are converted (as transformers' "
+         "LlamaConverter "
          "does); add the model's tokenizer.json to the folder",
          path, model_type, model_type >= 0 && model_type <= 4 ? names[model_type] : "?");
   }
@@ -152,9 +162,7 @@ json sentencepiece_metadata(std::span<const uint8_t> proto, const std::string& p
   md["tokenizer.ggml.token_type"] = types;
   const auto n = static_cast<int64_t>(tokens.size());
   // -1 (none) or out of range: the key is left out and tokenizer_from_gguf applies llama.cpp's defaults
-  auto id = [&](const char* key, int64_t v) {
-    md[key] = v >= 0 && v < n ? v : -1;
-  };
+  auto id = [&](const char* key, int64_t v) { md[key] = v >= 0 && v < n ? v : -1; };
   id("tokenizer.ggml.unknown_token_id", unk);
   id("tokenizer.ggml.bos_token_id", bos);
   id("tokenizer.ggml.eos_token_id", eos);
