@@ -1292,3 +1292,31 @@ TEST_F(ConvertE2E, RunTakesAGgufThroughTheCache) {
   const std::string path = tmp.substr(at + 16, tmp.find('\'', at + 16) - at - 16);
   EXPECT_FALSE(fs::exists(path)) << path;
 }
+
+// Issue 32 item 6: an HF folder with tokenizer.model and no tokenizer.json (the Llama-2 layout)
+// converts to a file whose tokenizer gives the ids of the tokenizer.json LlamaConverter made, and
+// which `run` runs.
+TEST_F(ConvertE2E, TokenizerModelWithoutTokenizerJsonConvertsToARunnableFile) {
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-hf";
+  if (!fs::exists(hf / "tokenizer.model")) GTEST_SKIP() << "../shared missing";
+  const fs::path old = dir_ / "spm_only";
+  fs::create_directories(old);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                        "tokenizer_config.json", "special_tokens_map.json"})
+    fs::copy_file(hf / f, old / f, fs::copy_options::overwrite_existing);
+  const fs::path a = dir_ / "spm_only.cmf", b = dir_ / "spm_json.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + old.string() + " --quant f32 -o " + a.string() + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("built from tokenizer.model"), std::string::npos) << log;
+  log = cli("convert " + hf.string() + " --quant f32 -o " + b.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const std::string text = (fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" / "tinystories-sample" /
+                            "tinystories_sample.txt")
+                               .string();
+  const std::string ids_a = cli("tokenize " + a.string() + " --ids-only -f " + text, &rc);
+  ASSERT_EQ(rc, 0) << ids_a;
+  EXPECT_EQ(ids_a, cli("tokenize " + b.string() + " --ids-only -f " + text, &rc));
+  log = cli("run " + a.string() + " -p Once -n 4 --greedy --threads 1 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << log;
+}
