@@ -23,10 +23,13 @@
 #include "cmf/masks.h"
 #include "cmf/reader.h"
 #include "convert/convert.h"
+#include "convert/gguf.h"
 #include "convert/plan.h"
 #include "convert/safetensors.h"
 #include "quant/codec.h"
 #include "shell.h"
+#include "specialize/defrag.h"
+#include "tokenizer/tokenizer.h"
 #include "util/half.h"
 
 namespace {
@@ -1131,4 +1134,254 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen) {
       EXPECT_TRUE(leftovers("go_rope_bad").empty()) << log;
     }
   }
+}
+
+namespace {
+
+/// Every tensor of two CMF files: same names, shapes and decoded values (payload bytes may differ
+/// only where `same_bytes` is false).
+void expect_same_tensors(const fs::path& a, const fs::path& b, bool same_bytes) {
+  auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+  ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
+  for (const auto& ta : ra.tensors()) {
+    const auto* tb = rb.find(ta.name);
+    ASSERT_NE(tb, nullptr) << ta.name;
+    EXPECT_EQ(ta.shape, tb->shape) << ta.name;
+    if (same_bytes) {
+      const auto pa = ra.payload(ta), pb = rb.payload(*tb);
+      EXPECT_TRUE(std::equal(pa.begin(), pa.end(), pb.begin(), pb.end())) << ta.name;
+    } else {
+      EXPECT_EQ(decode_all(ra, ta), decode_all(rb, *tb)) << ta.name;
+    }
+  }
+}
+
+}  // namespace
+
+// Issue 32 item 1, the oracles of `cortiq export-gguf`:
+// (a) tests/tools/hf_to_gguf.py (llama.cpp's convert_hf_to_gguf.py for --outtype f32) writes the
+//     same non-tokenizer keys (same GGUF types and values) and the same tensors (names, ne, types,
+//     bytes: llama's Q/K permutation, phi3's fused attn_qkv / ffn_up) as the export of the CMF
+//     converted from the same checkpoint, for llama (GQA, untied), qwen2 (biases, tied), qwen3
+//     (Q/K norms, own head_dim) and phi3 (partial rotary, sliding window);
+// (b) our GGUF import round-trips the export to the same CMF tensors, byte for byte;
+// (c) the default type keeps q8_row as Q8_0 and q4_block as Q4_0 exactly: the import's dequantized
+//     values equal the CMF's decoded ones, and nothing is reported re-quantized; --type q4_0 of a
+//     q8 file is, with its error said.
+TEST_F(ConvertE2E, ExportGgufMatchesTheOracleAndRoundTrips) {
+  NEED_PYTHON();
+  const std::vector<std::pair<std::string, std::string>> fams = {
+      {"llama",
+       "--family llama --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 31"},
+      {"qwen2",
+       "--family qwen2 --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --tied "
+       "--rope-theta 1000000 --seed 32"},
+      {"qwen3",
+       "--family qwen3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --layers 2 --ffn 96 --vocab 128 "
+       "--tied --rope-theta 1000000 --seed 36"},
+      {"phi3",
+       "--family phi3 --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --seed 37 "
+       "--partial-rotary 0.5 --sliding-window 32"},
+  };
+  for (const auto& [fam, args] : fams) {
+    SCOPED_TRACE(fam);
+    const fs::path hf = gen("gguf_oracle_" + fam, args);
+    const fs::path a = dir_ / ("ex_" + fam + ".cmf"), g = dir_ / ("ex_" + fam + ".gguf"),
+                   o = dir_ / ("ex_" + fam + "_oracle.gguf"), b = dir_ / ("ex_" + fam + "_back.cmf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find("✓ wrote " + g.string()), std::string::npos) << log;
+    log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
+                     hf.string() + " " + o.string(),
+                 &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const cortiq::convert::GgufFile mine(g.string()), want(o.string());
+    for (const auto& k : want.metadata_keys()) {
+      if (k == "general.name") continue;  // the folder's name there, the CMF's source_model here
+      ASSERT_TRUE(mine.metadata().contains(k)) << k;
+      EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
+      EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
+    }
+    ASSERT_EQ(mine.tensors().size(), want.tensors().size());
+    for (const auto& t : want.tensors()) {
+      const auto* m = mine.find(t.name);
+      ASSERT_NE(m, nullptr) << t.name;
+      EXPECT_EQ(m->ne, t.ne) << t.name;
+      EXPECT_EQ(m->type, t.type) << t.name;
+      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+    }
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    expect_same_tensors(a, b, true);
+  }
+  // (c) quantized CMF files: exact Q8_0 / Q4_0, and an explicit re-quantization that says its cost
+  const fs::path hf = gen("gguf_oracle_llama", fams[0].second);
+  for (const std::string q : {"q8", "q4"}) {
+    SCOPED_TRACE(q);
+    const fs::path a = dir_ / ("exq_" + q + ".cmf"), g = dir_ / ("exq_" + q + ".gguf"),
+                   b = dir_ / ("exq_" + q + "_back.cmf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant " + q + " -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_EQ(log.find("re-quantized"), std::string::npos) << log;
+    const cortiq::convert::GgufFile gf(g.string());
+    EXPECT_EQ(gf.find("blk.0.ffn_down.weight")->type, q == "q8" ? 8u : 2u);  // Q8_0 / Q4_0
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    expect_same_tensors(a, b, false);
+  }
+  int rc = 0;
+  const std::string log = cli(
+      "export-gguf " + (dir_ / "exq_q8.cmf").string() + " --type q4_0 -o " + (dir_ / "exq_rq.gguf").string(),
+      &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("re-quantized"), std::string::npos) << log;
+  EXPECT_NE(log.find("max |Δ|"), std::string::npos) << log;
+}
+
+// A defragged specialist (FFN widths differing per layer) exports with feed_forward_length as an
+// array of those widths, and imports back to the same tensors; stories260K's SentencePiece
+// tokenizer survives the trip with the same ids on the TinyStories sample; bad input is refused by
+// name and leaves nothing behind.
+TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-hf";
+  if (!fs::exists(hf / "model.safetensors")) GTEST_SKIP() << "../shared missing";
+  const fs::path full = dir_ / "exd_full.cmf", cut = dir_ / "exd_cut.cmf", g = dir_ / "exd.gguf",
+                 back = dir_ / "exd_back.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + hf.string() + " --quant f32 -o " + full.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const auto src = cortiq::cmf::Reader::open(full.string());
+  const uint32_t layers = src.header().arch.num_layers, width = src.header().arch.intermediate_size;
+  cortiq::specialize::DefragPlan plan;
+  std::vector<uint32_t> widths;
+  for (uint32_t l = 0; l < layers; ++l) {
+    std::vector<uint32_t> keep;
+    for (uint32_t i = l; i < width; i += 1 + l) keep.push_back(i);  // a different width per layer
+    widths.push_back(static_cast<uint32_t>(keep.size()));
+    plan.keep.push_back(keep);
+  }
+  cortiq::specialize::defrag_file(src, cut.string(), plan, false);
+  log = cli("export-gguf " + cut.string() + " -o " + g.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const cortiq::convert::GgufFile gf(g.string());
+  ASSERT_EQ(gf.metadata_type("llama.feed_forward_length"), 9);  // an array
+  EXPECT_EQ(gf.metadata()["llama.feed_forward_length"].get<std::vector<uint32_t>>(), widths);
+  EXPECT_EQ(gf.metadata()["tokenizer.ggml.model"], "llama");
+  log = cli("convert " + g.string() + " --quant f32 -o " + back.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  expect_same_tensors(cut, back, true);
+  const auto ra = cortiq::cmf::Reader::open(cut.string()), rb = cortiq::cmf::Reader::open(back.string());
+  const auto ta = cortiq::Tokenizer::from_json(std::string(ra.vocab().begin(), ra.vocab().end()));
+  const auto tb = cortiq::Tokenizer::from_json(std::string(rb.vocab().begin(), rb.vocab().end()));
+  const std::string text = slurp(fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" /
+                                 "tinystories-sample" / "tinystories_sample.txt");
+  EXPECT_EQ(ta.encode(text, true), tb.encode(text, true));
+  EXPECT_EQ(ta.encode(text, true).size() > 100, true);
+
+  // bad input: a task mask, an unknown skill, an unknown type; nothing written
+  for (const std::string bad : {"--task stories", "--skill nope", "--type q5_k"}) {
+    log = cli("export-gguf " + full.string() + " " + bad + " -o " + (dir_ / "exd_bad.gguf").string(), &rc);
+    EXPECT_NE(rc, 0) << bad;
+    EXPECT_NE(log.find(bad == "--task stories" ? "cortiq defrag" : bad.substr(bad.find(' ') + 1)),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_TRUE(leftovers("exd_bad").empty());
+}
+
+// Issue 32 item 2: `run` takes a .gguf directly. The first run converts it once into
+// $XDG_CACHE_HOME/cortiq (keyed by the GGUF's sha256 and the codec) keeping each tensor's source
+// precision (Q4_0 → q4_block with the very same values, F16 → f16), the second reuses it; --quant q8
+// of the Q4_0 file re-quantizes and says what that costs; an unusable cache folder falls back to a
+// temporary file that is gone after the run.
+TEST_F(ConvertE2E, RunTakesAGgufThroughTheCache) {
+  const fs::path gg = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-gguf";
+  const fs::path q4 = gg / "stories260K-q4_0.gguf";
+  if (!fs::exists(q4)) GTEST_SKIP() << "../shared missing";
+  const fs::path xdg = dir_ / "xdg";
+  const std::string env = "XDG_CACHE_HOME=" + xdg.string() + " ";
+  const std::string run =
+      std::string(CORTIQ_CLI_PATH) + " run " + q4.string() + " -p Once -n 8 --greedy --threads 1";
+  int rc = 0;
+  // run_sh gives stdout and stderr together; the generated text is the line after "Ready: …"
+  const auto text_of = [](const std::string& log) {
+    const size_t r = log.find("Ready:");
+    if (r == std::string::npos) return std::string();
+    const size_t b = log.find('\n', r) + 1;
+    return log.substr(b, log.find('\n', b) - b);
+  };
+  const auto stderr_of = [&](const std::string& cmd, std::string* out) {
+    *out = run_sh(cmd, &rc);
+    return *out;
+  };
+  std::string first, second;
+  const std::string e1 = stderr_of(env + run, &first);
+  ASSERT_EQ(rc, 0) << e1;
+  EXPECT_NE(e1.find("converted '" + q4.string() + "' once"), std::string::npos) << e1;
+  std::vector<fs::path> cached;
+  for (const auto& e : fs::directory_iterator(xdg / "cortiq")) cached.push_back(e.path());
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_NE(cached[0].filename().string().find("-src.cmf"), std::string::npos) << cached[0];
+  const std::string e2 = stderr_of(env + run, &second);
+  ASSERT_EQ(rc, 0) << e2;
+  EXPECT_EQ(e2.find("converted"), std::string::npos) << e2;
+  EXPECT_FALSE(text_of(first).empty()) << first;
+  EXPECT_EQ(text_of(second), text_of(first));
+
+  // source precision: the Q4_0 blocks as q4_block, exactly; the F16 ffn_down as f16
+  const cortiq::convert::GgufFile g(q4.string());
+  const auto r = cortiq::cmf::Reader::open(cached[0].string());
+  const auto& gate = r.tensor("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.dtype, DType::Q4Block);
+  EXPECT_EQ(decode_all(r, gate), cortiq::convert::gguf_to_f32(*g.find("blk.0.ffn_gate.weight")));
+  EXPECT_EQ(r.tensor("model.layers.0.mlp.down_proj.weight").dtype, DType::F16);
+
+  std::string out;
+  const std::string q8 = stderr_of(env + run + " --quant q8", &out);
+  ASSERT_EQ(rc, 0) << q8;
+  EXPECT_NE(q8.find("quantized again"), std::string::npos) << q8;
+  EXPECT_NE(q8.find("max |Δ|"), std::string::npos) << q8;
+
+  const fs::path not_a_dir = dir_ / "xdg_file";
+  std::ofstream(not_a_dir) << "x";
+  const std::string tmp = stderr_of("XDG_CACHE_HOME=" + not_a_dir.string() + " " + run, &out);
+  ASSERT_EQ(rc, 0) << tmp;
+  const size_t at = tmp.find("temporary file '");
+  ASSERT_NE(at, std::string::npos) << tmp;
+  const std::string path = tmp.substr(at + 16, tmp.find('\'', at + 16) - at - 16);
+  EXPECT_FALSE(fs::exists(path)) << path;
+}
+
+// Issue 32 item 6: an HF folder with tokenizer.model and no tokenizer.json (the Llama-2 layout)
+// converts to a file whose tokenizer gives the ids of the tokenizer.json LlamaConverter made, and
+// which `run` runs.
+TEST_F(ConvertE2E, TokenizerModelWithoutTokenizerJsonConvertsToARunnableFile) {
+  const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-hf";
+  if (!fs::exists(hf / "tokenizer.model")) GTEST_SKIP() << "../shared missing";
+  const fs::path old = dir_ / "spm_only";
+  fs::create_directories(old);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                        "tokenizer_config.json", "special_tokens_map.json"})
+    fs::copy_file(hf / f, old / f, fs::copy_options::overwrite_existing);
+  const fs::path a = dir_ / "spm_only.cmf", b = dir_ / "spm_json.cmf";
+  int rc = 0;
+  std::string log = cli("convert " + old.string() + " --quant f32 -o " + a.string() + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("built from tokenizer.model"), std::string::npos) << log;
+  log = cli("convert " + hf.string() + " --quant f32 -o " + b.string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  const std::string text = (fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" / "tinystories-sample" /
+                            "tinystories_sample.txt")
+                               .string();
+  const std::string ids_a = cli("tokenize " + a.string() + " --ids-only -f " + text, &rc);
+  ASSERT_EQ(rc, 0) << ids_a;
+  EXPECT_EQ(ids_a, cli("tokenize " + b.string() + " --ids-only -f " + text, &rc));
+  log = cli("run " + a.string() + " -p Once -n 4 --greedy --threads 1 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << log;
 }

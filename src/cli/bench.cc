@@ -10,6 +10,7 @@
 #include <span>
 
 #include "cli/command.h"
+#include "cli/gguf_input.h"
 #include "runtime/session.h"
 #include "specialize/skill_choice.h"
 #include "util/atomic_file.h"
@@ -86,7 +87,7 @@ void bench_cmd(const BenchArgs& a) {
   // measuring; it is committed after the table is printed.
   std::optional<AtomicFile> json_file;
   if (!a.json_file.empty()) json_file.emplace(a.json_file, "bench.json");
-  const auto r = runtime::bench::run_bench(a.model, o, prog);
+  const auto r = runtime::bench::run_bench(resolve_model_path(a.model, a.load), o, prog);
   if (a.json) {
     std::printf("%s\n", runtime::bench::to_json(r).dump(2).c_str());
   } else {
@@ -106,7 +107,7 @@ void setup(CLI::App& root) {
       root.add_subcommand("bench", "Measure prefill (pp) and decode (tg) tok/s and the bandwidth roofline");
   add_examples(c, {"cortiq bench build/stories260K.cmf -p 128 -n 64 -r 3 -t 1,2",
                    "cortiq bench model.cmf --parallel 1,4 --json"});
-  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("model", a->model, "model .cmf file (or .gguf: converted once, cached)")->required();
   c->add_option("-p,--n-prompt", a->n_prompt, "prefill test size in tokens, one batch (512; 0 = skip)");
   c->add_option("-n,--n-gen", a->n_gen, "decode test size in tokens (128; 0 = skip)");
   c->add_option("-r,--repetitions", a->reps, "measured repetitions per test (5)")->check(positive());
@@ -130,6 +131,7 @@ void setup(CLI::App& root) {
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");
   c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
   add_load_flags(c, a->load, kLoadExact | kLoadNoMmap);
+  add_gguf_flag(c, a->load);
   c->add_flag("--progress", a->progress, "print progress lines to stderr");
   c->callback([a] { bench_cmd(*a); });
 }

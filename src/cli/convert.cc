@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "cli/command.h"
@@ -14,7 +16,7 @@ namespace cortiq::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string model, model_pos, output, quant = "q8";
+  std::string model, model_pos, output, quant;
   std::vector<std::string> rules;
   double mean_bits = 4.25, shard_max_gb = 0;
   unsigned threads = 0;
@@ -32,7 +34,12 @@ void convert_cmd(const ConvertArgs& a) {
   if (a.output.empty()) fail(ErrorKind::InvalidArgument, "--output FILE is required");
   o.output = a.output;
   refuse_overwriting_input(o.model_dir, o.output, "convert");
-  o.plan.base = convert::parse_quant(a.quant);
+  // a GGUF keeps each tensor's own precision unless --quant says otherwise
+  char magic[4] = {};
+  if (std::filesystem::is_regular_file(o.model_dir))
+    std::ifstream(o.model_dir, std::ios::binary).read(magic, 4);
+  o.keep_source_precision = a.quant.empty() && std::string_view(magic, 4) == "GGUF";
+  o.plan.base = convert::parse_quant(a.quant.empty() ? "q8" : a.quant);
   for (const auto& r : a.rules) o.plan.rules.push_back(convert::parse_quant_rule(r));
   if (a.mean_bits_given) o.plan.set_mean_bits(a.mean_bits);
   if (!std::isfinite(a.shard_max_gb) || a.shard_max_gb < 0)
@@ -60,7 +67,8 @@ void setup(CLI::App& root) {
   c->add_option("-o,--output", a->output, "output .cmf path");
   c->add_option(
       "--quant", a->quant,
-      "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; aliases such as q8_row, "
+      "f32|f16|bf16|q8|q8_2f|q4|q4t|q4tp|q2tp|vbit|q1|q1p|q1s|q1t (default q8; a .gguf keeps each tensor's "
+      "precision: Q8_0 → q8, Q4_0 → q4 exactly, F16 → f16; aliases such as q8_row, "
       "q4_tiled, fp16 are listed in the README)");
   c->add_option("--quant-rule", a->rules,
                 "GLOB=DTYPE, repeatable, first match wins (e.g. '*.self_attn.*=q8')")

@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "cli/ppl_kld.h"
+#include "cli/gguf_input.h"
 #include "runtime/perplexity.h"
 #include "runtime/session.h"
 #include "specialize/skill_choice.h"
@@ -70,7 +71,7 @@ void ppl_cmd(const PplArgs& a) {
   runtime::LoadOptions lo = a.load;
   const size_t ctx = base ? base->header().n_ctx : a.ctx;
   lo.ctx = a.mode == "prefix" ? 0 : ctx;  // prefix: the model's context, --tokens checked below
-  runtime::LoadedModel lm = runtime::load_model(a.model, lo);
+  runtime::LoadedModel lm = runtime::load_model(resolve_model_path(a.model, a.load), lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
   if (base) {  // the base's tokens; a text given too must be the one the base scored
     const std::vector<uint32_t>& b = base->ids();
@@ -186,7 +187,7 @@ void setup(CLI::App& root) {
                    "../shared/data/tinystories-sample/tinystories_sample.txt --ctx 256",
                    "cortiq ppl f32.cmf -f text.txt --kl-divergence-base f32.kld && cortiq ppl q8.cmf "
                    "--kl-divergence-base f32.kld --kl-divergence"});
-  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("model", a->model, "model .cmf file (or .gguf: converted once, cached)")->required();
   c->add_option("-f,--file", a->file, "UTF-8 text file (with --kl-divergence: optional, the base's text)");
   c->add_option("-c,--ctx", a->ctx, "chunk length in tokens (chunked mode, 512; at least 4)")
       ->check(at_least(4))
@@ -212,6 +213,7 @@ void setup(CLI::App& root) {
               "compare this model against --kl-divergence-base: KL divergence per token (mean, max, "
               "percentiles) and top-1 agreement, as llama-perplexity prints them");
   add_load_flags(c, a->load);
+  add_gguf_flag(c, a->load);
   c->add_option("--task", a->load.task, "task mask name, or 'off' (-t is --threads, as in llama.cpp)");
   c->callback([a] { ppl_cmd(*a); });
 }

@@ -22,6 +22,7 @@
 
 #include "cli/chat_repl.h"
 #include "cli/command.h"
+#include "cli/gguf_input.h"
 #include "runtime/session.h"
 #include "specialize/dynamic_route.h"
 #include "specialize/skill_choice.h"
@@ -218,7 +219,7 @@ void run_cmd(const RunArgs& a) {
   const std::string template_text = a.chat_template_file.empty() ? "" : read_file(a.chat_template_file);
   runtime::LoadOptions lo = a.load;
   auto load = [&](const runtime::LoadOptions& o) {
-    runtime::LoadedModel m = runtime::load_model(a.model, o);
+    runtime::LoadedModel m = runtime::load_model(resolve_model_path(a.model, o), o);
     if (!template_text.empty()) m.bundle.chat_template = template_text;
     return m;
   };
@@ -459,7 +460,7 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("run", "Generate text: one-shot with -p or -f, interactive chat without");
   add_examples(c, {"cortiq run build/stories260K.cmf -p \"Once upon a time\" -n 64 -t 4",
                    "cortiq run chat-model.cmf --system \"Be brief.\"   # interactive chat (/help inside)"});
-  c->add_option("model", a->model, "model .cmf file")->required();
+  c->add_option("model", a->model, "model .cmf file (or .gguf: converted once, cached)")->required();
   a->prompt_opt = c->add_option("-p,--prompt", a->prompt, "prompt (one-shot); empty string = BOS only");
   a->file_opt = c->add_option("-f,--file", a->prompt_file,
                               "prompt (one-shot) read from FILE, less one trailing newline");
@@ -497,6 +498,7 @@ void setup(CLI::App& root) {
       "--verbose-prompt", a->verbose_prompt,
       "print the prompt the model is given (the rendered chat template) and its token count on stderr");
   add_load_flags(c, a->load);
+  add_gguf_flag(c, a->load);
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag(

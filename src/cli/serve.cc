@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/gguf_input.h"
 #include "server/server.h"
 
 namespace cortiq::cli {
@@ -15,7 +16,7 @@ void setup(CLI::App& root) {
   auto* c = root.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, SSE streaming)");
   add_examples(c, {"cortiq serve build/stories260K.cmf --port 8080",
                    "cortiq serve model.cmf --parallel 4 --api-key \"$KEY\" --host 0.0.0.0"});
-  c->add_option("model", o->model_path, "model .cmf file")->required();
+  c->add_option("model", o->model_path, "model .cmf file (or .gguf: converted once, cached)")->required();
   c->add_option("--host", o->host, "address to bind (default 127.0.0.1: local only)");
   c->add_option("--port", o->port, "TCP port (8080; 0 = any free port, printed on the Listening line)")
       ->check(CLI::Range(0, 65535).description(""))
@@ -36,6 +37,7 @@ void setup(CLI::App& root) {
   c->add_option("--task", o->load.task, "default task mask name, or 'off' (-t is --threads)");
   o->load.threads = 0;  // all cores, as run and ppl
   add_load_flags(c, o->load);
+  add_gguf_flag(c, o->load);
   c->add_option("-c,--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
@@ -64,6 +66,7 @@ void setup(CLI::App& root) {
       ->type_name("SECONDS");
   c->callback([o] {
     server::ServerOptions opt = *o;
+    opt.model_path = resolve_model_path(opt.model_path, o->load);
     if (opt.api_key.empty())
       if (const char* k = std::getenv("CORTIQ_API_KEY")) opt.api_key = k;
     server::run_server(opt);

@@ -540,14 +540,25 @@ TEST(Container, ShardSet) {
     EXPECT_NE(e.message().find("shard 2 of 3 is missing"), std::string::npos);
   }
   fs::rename(out[1] + ".bak", out[1]);
-  // the name given to the writer is not a file: the error names the set
+  // the name given to the writer opens the whole set (issue 32 item 6) ...
+  {
+    Reader by_name = Reader::open(path);
+    EXPECT_EQ(by_name.num_files(), 3u);
+    EXPECT_EQ(by_name.path(0), out[0]);
+    EXPECT_EQ(by_name.tensors().size(), Reader::open(out[0]).tensors().size());
+  }
+  // ... unless two sets share it: the error names both
+  const std::string other = path.substr(0, path.size() - 4) + "-00001-of-00009.cmf";
+  fs::copy_file(out[0], other);
   try {
     Reader::open(path);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Io);
-    EXPECT_NE(e.message().find("the shard set '" + out[0] + "' is there"), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(out[0]), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find(other), std::string::npos) << e.what();
   }
+  fs::remove(other);
   // count mismatch: a 2-shard file under a 3-shard name
   Header h2 = small_header();
   const std::string p2 = tmp_dir() + "/two.cmf";

@@ -279,15 +279,22 @@ Reader Reader::open(const std::string& path, const OpenOptions& opt) {
     // `convert -o out.cmf --shard-max-gb N` writes out-00001-of-0000K.cmf…: name the set.
     const std::filesystem::path p(path);
     const std::string prefix = p.stem().string() + "-00001-of-";
+    // The set opens by the name it was written with (issue 32 item 6); two sets of that stem
+    // (different shard counts) are ambiguous and named.
     std::error_code ec;
     const auto dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    std::vector<std::string> sets;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
       if (name.rfind(prefix, 0) == 0 && parse_shard_name(e.path().string()))
-        fail(ErrorKind::Io,
-             "cannot open '{}': no such file, but the shard set '{}' is there (open any of its shards)", path,
-             e.path().string());
+        sets.push_back(e.path().string());
     }
+    std::sort(sets.begin(), sets.end());
+    if (sets.size() == 1) return open(sets[0], opt);
+    if (sets.size() > 1)
+      fail(ErrorKind::Io,
+           "cannot open '{}': no such file, and the shard sets {} share its name (open one of them)", path,
+           fmt::join(sets, ", "));
   }
   File first = load(path);
   const bool set = opt.open_shard_set && sn && first.header.shard;

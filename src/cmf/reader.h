@@ -78,8 +78,8 @@ class Reader {
  public:
   /// Opens and validates. Throws Error(InvalidMagic|UnsupportedVersion|UnsupportedFeature|Bounds|
   /// Parse|Io); for shard sets also Io (missing sibling) and Parse (count/no mismatch, duplicate
-  /// tensor names across shards). A missing `stem.cmf` beside a `stem-00001-of-NNNNN.cmf` is an
-  /// Io error that names the shard set.
+  /// tensor names across shards). A missing `stem.cmf` beside one `stem-00001-of-NNNNN.cmf` opens that
+  /// set (the name `convert -o stem.cmf --shard-max-gb` got); beside two sets: an Io error naming both.
   static Reader open(const std::string& path, const OpenOptions& opt = {});
   /// Opens an in-memory image (tests, fuzzing). The bytes must outlive the Reader. No shard sets.
   static Reader open_memory(std::span<const uint8_t> bytes, const OpenOptions& opt = {});

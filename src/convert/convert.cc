@@ -18,6 +18,7 @@
 #include "cmf/tensor_names.h"
 #include "cmf/writer.h"
 #include "convert/gguf.h"
+#include "convert/gguf_codec.h"
 #include "convert/gguf_model.h"
 #include "convert/gguf_tokenizer.h"
 #include "convert/hf_config.h"
@@ -46,22 +47,36 @@ struct Job {
   std::span<const float> direct;
   std::function<void()> release;  ///< after the tensor is written
   uint64_t source_bytes = 0;      ///< for progress / throughput
+  /// The exact payload of the chosen dtype, made from the source without rounding (GGUF Q4_0 →
+  /// q4_block); empty function or nullopt: encode.
+  std::function<std::optional<std::vector<uint8_t>>()> exact;
+  /// The source is already quantized: measure what encoding it again costs (JobStats).
+  bool measure = false;
+};
+
+/// What re-encoding one already quantized tensor cost.
+struct JobStats {
+  bool measured = false;
+  double max_abs = 0, se = 0, ss = 0;
 };
 
 struct Done {
   std::vector<uint8_t> payload;
   std::exception_ptr error;
+  JobStats stats;
 };
 
 std::string nonfinite_text(float v) {
   return std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
 }
 
-std::vector<uint8_t> run_job(const Job& j, bool allow_nonfinite) {
+std::vector<uint8_t> run_job(const Job& j, bool allow_nonfinite, JobStats* stats) {
   if (j.raw) {
     auto b = j.raw();
     return {b.begin(), b.end()};
   }
+  if (j.exact)
+    if (auto b = j.exact()) return std::move(*b);
   std::vector<float> copy;
   std::span<const float> v = j.direct;
   if (v.empty()) {
@@ -84,16 +99,41 @@ std::vector<uint8_t> run_job(const Job& j, bool allow_nonfinite) {
       break;
     }
   }
+  std::vector<uint8_t> out;
   try {
-    return quant::encode(t, j.shape, v, j.decision.opt);
+    out = quant::encode(t, j.shape, v, j.decision.opt);
   } catch (const Error& e) {
     throw Error(e.kind(), fmt::format("tensor '{}' ({}): {}", j.name, quant::dtype_name(t), e.message()));
+  }
+  if (j.measure && stats) {
+    std::vector<float> back(v.size());
+    quant::decode(t, j.shape, out, back);
+    stats->measured = true;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = double(back[i]) - v[i];
+      stats->max_abs = std::max(stats->max_abs, std::fabs(d));
+      stats->se += d * d;
+      stats->ss += double(v[i]) * v[i];
+    }
+  }
+  return out;
+}
+
+/// Adds one re-encoded tensor's cost to `res`.
+void add_stats(ConvertResult& res, const JobStats& s, const std::string& name) {
+  if (!s.measured || s.max_abs == 0) return;
+  ++res.requantized;
+  res.requant_max_abs = std::max(res.requant_max_abs, s.max_abs);
+  const double rel = std::sqrt(s.se / std::max(s.ss, 1e-30));
+  if (rel >= res.requant_worst_rel) {
+    res.requant_worst_rel = rel;
+    res.requant_worst = name;
   }
 }
 
 /// Encodes jobs on `threads` workers and writes them to `w` in job order (deterministic).
 void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool allow_nonfinite,
-                  bool show_progress, const std::string& label) {
+                  bool show_progress, const std::string& label, ConvertResult* res = nullptr) {
   uint64_t total = 0;
   for (const auto& j : jobs) total += j.source_bytes;
   std::optional<Progress> bar;
@@ -106,7 +146,9 @@ void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool
   };
   if (threads <= 1) {
     for (size_t i = 0; i < n; ++i) {
-      auto p = run_job(jobs[i], allow_nonfinite);
+      JobStats st;
+      auto p = run_job(jobs[i], allow_nonfinite, &st);
+      if (res) add_stats(*res, st, jobs[i].name);
       write_one(i, p);
     }
     return;
@@ -128,7 +170,7 @@ void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool
       }
       Done d;
       try {
-        d.payload = run_job(jobs[i], allow_nonfinite);
+        d.payload = run_job(jobs[i], allow_nonfinite, &d.stats);
       } catch (...) {
         d.error = std::current_exception();
       }
@@ -152,6 +194,7 @@ void run_pipeline(std::vector<Job>& jobs, cmf::Writer& w, unsigned threads, bool
         slots[i].reset();
       }
       if (d.error) std::rethrow_exception(d.error);
+      if (res) add_stats(*res, d.stats, jobs[i].name);
       write_one(i, d.payload);
       {
         std::lock_guard<std::mutex> lk(mu);
@@ -209,8 +252,14 @@ void rule_warnings(const QuantPlan& plan, const std::vector<Job>& jobs, std::vec
 /// Errors: those of run_pipeline and cmf::Writer::finish (the output is then not created).
 void write_jobs(std::vector<Job>& jobs, cmf::Writer& w, const cmf::Header& h, const QuantPlan& plan,
                 unsigned threads, bool allow_nonfinite, bool progress, const char* what, ConvertResult& res) {
-  run_pipeline(jobs, w, threads, allow_nonfinite, progress, what);
+  run_pipeline(jobs, w, threads, allow_nonfinite, progress, what, &res);
   rule_warnings(plan, jobs, res.warnings);
+  if (res.requantized)
+    res.warnings.push_back(
+        fmt::format("{} already quantized tensor(s) were quantized again (the chosen codec differs from the "
+                    "source's): max "
+                    "|Δ| {:.3g}, worst relative RMS error {:.3g} in '{}' (keep the source codec to avoid it)",
+                    res.requantized, res.requant_max_abs, res.requant_worst_rel, res.requant_worst));
   res.outputs = w.finish(h);
   res.tensors = jobs.size();
 }
@@ -266,6 +315,25 @@ void check_chat_template(std::optional<cmf::TokenizerBundle>& b, const ConvertOp
     fail(e.kind(), "{}: {} (fix it, or convert with --no-chat-template to store none)", where, e.message());
   }
 }
+
+}  // namespace
+
+std::string source_precision_quant(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::F32:
+      return "f32";
+    case GgmlType::F16:
+      return "f16";
+    case GgmlType::BF16:
+      return "bf16";
+    case GgmlType::Q4_0:
+      return "q4";
+    default:
+      return "q8";  // Q8_0, Q4_1, Q5_x, K-quants: 8-bit per row loses least
+  }
+}
+
+namespace {
 
 /// `cortiq convert model.gguf`: the GGUF's metadata stands in for config.json (hf_config_from_gguf)
 /// and its tokenizer metadata for tokenizer.json (tokenizer_from_gguf); each tensor is dequantized
@@ -323,8 +391,8 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
       continue;
     }
     if (fused && fused->role == cmf::TensorRole::FusedGateUp) {
-      cut({{cmf::TensorRole::FfnGate, arch.intermediate_size},
-           {cmf::TensorRole::FfnUp, arch.intermediate_size}});
+      const uint64_t width = t.shape.size() == 2 ? t.shape[0] / 2 : arch.intermediate_size;  // per layer
+      cut({{cmf::TensorRole::FfnGate, width}, {cmf::TensorRole::FfnUp, width}});
       continue;
     }
     srcs.push_back({std::move(name), &t});
@@ -386,7 +454,15 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
     j.shape = t->shape;
     const uint64_t row0 = s.row0, slice_rows = s.rows;
     if (slice_rows) j.shape[0] = slice_rows;
-    j.decision = decide(opt.plan, j.name, j.shape, false);
+    if (opt.keep_source_precision) {
+      QuantPlan keep;
+      keep.base = parse_quant(source_precision_quant(t->type));
+      j.decision = decide(keep, j.name, j.shape, false);
+    } else {
+      j.decision = decide(opt.plan, j.name, j.shape, false);
+    }
+    const auto gt = static_cast<GgmlType>(t->type);
+    j.measure = gt != GgmlType::F32 && gt != GgmlType::F16 && gt != GgmlType::BF16;
     uint32_t qk_heads = 0;  // a weight or a bias of the Q or K projection
     const auto proj = cmf::tensor_place(j.name).module;
     if (permuted && proj == cmf::TensorRole::Q) qk_heads = arch.num_attention_heads;
@@ -404,6 +480,28 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
         unpermute_qk_rows(v, rows, cols, qk_heads, name);
       }
     };
+    if (j.decision.dtype == quant::DType::Q4Block && gt == GgmlType::Q4_0 && t->shape.size() == 2 &&
+        t->shape[1] % 32 == 0) {
+      // the same blocks: copied, rows sliced (phi3) and un-permuted (llama Q/K) as whole rows
+      j.exact = [t, qk_heads, row0, slice_rows]() -> std::optional<std::vector<uint8_t>> {
+        const uint64_t rows = slice_rows ? slice_rows : t->shape[0];
+        const uint64_t row_bytes = t->data.size() / t->shape[0];
+        std::vector<uint8_t> bytes(t->data.begin() + static_cast<std::ptrdiff_t>(row0 * row_bytes),
+                                   t->data.begin() + static_cast<std::ptrdiff_t>((row0 + rows) * row_bytes));
+        if (qk_heads) {
+          const std::vector<uint64_t> perm = llama_qk_permutation(rows, qk_heads);
+          std::vector<uint64_t> inv(rows);
+          for (uint64_t p = 0; p < rows; ++p) inv[perm[p]] = p;
+          bytes = permute_rows(bytes, inv);
+        }
+        GgufTensor part = *t;
+        part.shape[0] = rows;
+        part.ne.back() = rows;
+        part.numel = rows * t->shape[1];
+        part.data = bytes;
+        return cmf_exact_from_ggml(quant::DType::Q4Block, part);
+      };
+    }
     j.release = [&g, t] { g.release(*t); };
     j.source_bytes = slice_rows ? t->data.size() / t->shape[0] * slice_rows : t->data.size();
     jobs.push_back(std::move(j));
@@ -492,6 +590,12 @@ ConvertResult convert_checkpoint(const ConvertOptions& opt) {
   wo.expected_tensors = jobs.size();
   wo.shard_max_bytes = opt.shard_max_bytes;
   cmf::Writer w(opt.output, wo);
+  if (files.tokenizer_from_model)
+    res.warnings.push_back(
+        fmt::format("no tokenizer.json in '{}': the tokenizer was built from tokenizer.model (as "
+                    "transformers' LlamaConverter "
+                    "does)",
+                    opt.model_dir));
   if (files.tokenizer_json) {
     w.set_vocab(std::vector<uint8_t>(files.tokenizer_json->begin(), files.tokenizer_json->end()));
   } else {
@@ -530,6 +634,7 @@ ConvertResult requant_file(const RequantOptions& opt) {
       } else {
         const std::vector<uint64_t> shape = t.shape;
         const std::string name = t.name;
+        j.measure = !quant::is_float_dtype(src_dtype);
         j.load = [payload, shape, src_dtype, name, t, input](std::vector<float>& v) {
           uint64_t n = 1;
           for (uint64_t x : shape) n *= x;

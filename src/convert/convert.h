@@ -32,6 +32,10 @@ struct ConvertOptions {
   /// Store no chat template. Without it a template (chat_template.jinja, tokenizer_config.json or
   /// GGUF tokenizer.chat_template) that does not parse is refused, naming line and column.
   bool no_chat_template = false;
+  /// GGUF input: each tensor keeps its source precision instead of `plan` (F32 → f32, F16 → f16,
+  /// BF16 → bf16, Q4_0 → q4_block copied exactly, Q8_0 and every other quantized type → q8_row,
+  /// the codec that loses least; 1-D quantized tensors → f16 by the plan's shape rule).
+  bool keep_source_precision = false;
 };
 
 /// What a conversion wrote.
@@ -40,6 +44,13 @@ struct ConvertResult {
   uint64_t input_bytes = 0;           ///< source tensor bytes read
   uint64_t tensors = 0;               ///< tensors written
   std::vector<std::string> warnings;  ///< e.g. "no tokenizer.json: ..." (the CLI prints them)
+  /// Tensors of an already quantized source (a quantized GGUF type, a CMF codec other than
+  /// f32/f16/bf16) encoded again into another codec: measured after encoding (decoded back and
+  /// compared with the source's values). A warning states them.
+  uint64_t requantized = 0;
+  double requant_max_abs = 0;    ///< max |new − source| over those tensors
+  double requant_worst_rel = 0;  ///< largest ‖new − source‖ / ‖source‖ of one of them
+  std::string requant_worst;     ///< that tensor
 };
 
 /// Converts an HF checkpoint. Throws Error(Io) (missing directory / config.json / safetensors,
@@ -47,6 +58,10 @@ struct ConvertResult {
 /// Error(Unsupported) (model_type or config feature, naming both), Error(InvalidArgument)
 /// (non-finite or unrepresentable values, naming the tensor and element). No output on error.
 ConvertResult convert_checkpoint(const ConvertOptions& opt);
+
+/// The --quant spelling that keeps a GGUF tensor's precision (ConvertOptions::keep_source_precision):
+/// "f32", "f16", "bf16", "q4" for Q4_0 (copied exactly), "q8" for Q8_0 and every other ggml type.
+std::string source_precision_quant(uint32_t ggml_type);
 
 /// Options of requant_file.
 struct RequantOptions {

@@ -136,7 +136,21 @@ json hf_config_from_gguf(const GgufFile& f) {
   c["architectures"] = json::array({std::string(known->hf_class)});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
-  c["intermediate_size"] = md.need_uint("feed_forward_length");
+  // a defragged model's per-layer widths come as an array (llama.cpp's get_key_or_arr); the
+  // nominal size is the largest, the tensors' shapes carry each layer's own
+  if (const json* ff = md.get(md.key("feed_forward_length")); ff && ff->is_array()) {
+    uint64_t widest = 0;
+    for (const json& w : *ff) {
+      if (!w.is_number_integer() || w.get<int64_t>() <= 0)
+        fail(ErrorKind::Parse, "GGUF key '{}' holds {}, not a positive width", md.key("feed_forward_length"),
+             w.dump());
+      widest = std::max(widest, w.get<uint64_t>());
+    }
+    if (ff->empty()) fail(ErrorKind::Parse, "GGUF key '{}' is an empty array", md.key("feed_forward_length"));
+    c["intermediate_size"] = widest;
+  } else {
+    c["intermediate_size"] = md.need_uint("feed_forward_length");
+  }
   const uint64_t heads = md.need_uint("attention.head_count");
   c["num_attention_heads"] = heads;
   c["num_key_value_heads"] = md.uint("attention.head_count_kv").value_or(heads);

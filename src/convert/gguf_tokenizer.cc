@@ -437,3 +437,230 @@ GgufTokenizer tokenizer_from_gguf(const json& metadata) {
 }
 
 }  // namespace cortiq::convert
+
+namespace cortiq::convert {
+
+namespace {
+
+/// The first TemplateProcessing of a post-processor (itself, or inside a Sequence), or nullptr.
+const json* template_of(const json& pp) {
+  if (!pp.is_object()) return nullptr;
+  if (pp.value("type", "") == "TemplateProcessing") return &pp;
+  if (pp.value("type", "") == "Sequence" && pp.contains("processors") && pp["processors"].is_array())
+    for (const json& p : pp["processors"])
+      if (const json* t = template_of(p)) return t;
+  return nullptr;
+}
+
+/// Whether `j` (a normalizer / pre-tokenizer / decoder, possibly a Sequence) has a part of `type`.
+bool has_part(const json& j, std::string_view type) {
+  if (!j.is_object()) return false;
+  if (j.value("type", "") == type) return true;
+  for (const char* k : {"normalizers", "pretokenizers", "decoders"})
+    if (j.contains(k) && j[k].is_array())
+      for (const json& p : j[k])
+        if (has_part(p, type)) return true;
+  return false;
+}
+
+/// The Split regex of a pre-tokenizer (itself or inside a Sequence), or "".
+std::string split_regex(const json& j) {
+  if (!j.is_object()) return "";
+  if (j.value("type", "") == "Split" && j.contains("pattern") && j["pattern"].is_object() &&
+      j["pattern"].contains("Regex") && j["pattern"]["Regex"].is_string())
+    return j["pattern"]["Regex"].get<std::string>();
+  if (j.contains("pretokenizers") && j["pretokenizers"].is_array())
+    for (const json& p : j["pretokenizers"])
+      if (std::string r = split_regex(p); !r.empty()) return r;
+  return "";
+}
+
+/// llama.cpp's tokenizer.ggml.pre for a byte-level pre-tokenizer, or Error(Unsupported).
+std::string pre_name(const json& pre) {
+  const std::string re = split_regex(pre);
+  if (re == kLlama3Regex) return "llama-bpe";
+  if (re == kQwen2Regex) return "qwen2";
+  if (re.empty() && pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true))
+    return "gpt-2";
+  fail(ErrorKind::Unsupported,
+       "tokenizer.json: the pre-tokenizer {} has no llama.cpp tokenizer.ggml.pre name this exporter knows "
+       "(GPT-2's ByteLevel, Llama 3's and Qwen2's Split regexes)",
+       re.empty() ? pre.dump().substr(0, 120) : "regex '" + re.substr(0, 80) + "'");
+}
+
+/// "left right" of one tokenizer.json merge (a string or a two-string array).
+std::string merge_text(const json& m, size_t i) {
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+    return m[0].get<std::string>() + " " + m[1].get<std::string>();
+  fail(ErrorKind::Parse, "tokenizer.json: model.merges[{}] is not a merge", i);
+}
+
+GgufKv kv(std::string key, GgufValueType t, json v) {
+  return {std::move(key), t, t, std::move(v)};
+}
+GgufKv arr(std::string key, GgufValueType elem, json v) {
+  return {std::move(key), GgufValueType::Array, elem, std::move(v)};
+}
+
+}  // namespace
+
+std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const cmf::TokenizerBundle* bundle,
+                                      uint32_t vocab_size) {
+  json tj;
+  try {
+    tj = json::parse(tokenizer_json);
+  } catch (const json::exception& e) {
+    fail(ErrorKind::Parse, "tokenizer.json: {}", e.what());
+  }
+  const json& model = tj.contains("model") ? tj["model"] : json();
+  const std::string mtype = model.is_object() ? model.value("type", "") : "";
+  if (mtype != "BPE")
+    fail(ErrorKind::Unsupported,
+         "tokenizer.json model type '{}': GGUF export writes BPE tokenizers (byte-level 'gpt2' or "
+         "SentencePiece "
+         "'llama')",
+         mtype);
+  const bool spm =
+      model.value("byte_fallback", false) || has_part(tj.value("decoder", json()), "ByteFallback");
+  if (!spm && !has_part(tj.value("pre_tokenizer", json()), "ByteLevel"))
+    fail(
+        ErrorKind::Unsupported,
+        "tokenizer.json: a BPE without byte fallback or a ByteLevel pre-tokenizer has no llama.cpp tokenizer "
+        "model");
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    fail(ErrorKind::Parse, "tokenizer.json: model.vocab is not an object");
+
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<bool> known;
+  auto place = [&](uint64_t id, const std::string& s, int32_t type) {
+    if (id >= (1u << 24)) fail(ErrorKind::Parse, "tokenizer.json: token id {} is out of range", id);
+    if (id >= tokens.size()) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, kUnused);
+      known.resize(id + 1, false);
+    }
+    tokens[id] = s;
+    types[id] = type;
+    known[id] = true;
+  };
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (!it.value().is_number_unsigned())
+      fail(ErrorKind::Parse, "tokenizer.json: vocab entry '{}' has no id", it.key());
+    place(it.value().get<uint64_t>(), it.key(), kNormal);
+  }
+  std::string unk_token = model.contains("unk_token") && model["unk_token"].is_string()
+                              ? model["unk_token"].get<std::string>()
+                              : "";
+  if (tj.contains("added_tokens") && tj["added_tokens"].is_array())
+    for (const json& a : tj["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content"))
+        fail(ErrorKind::Parse, "tokenizer.json: malformed added token {}", a.dump().substr(0, 80));
+      place(a["id"].get<uint64_t>(), a["content"].get<std::string>(),
+            a.value("special", false) ? kControl : kUserDefined);
+    }
+  if (tokens.size() < vocab_size) {
+    tokens.resize(vocab_size);
+    types.resize(vocab_size, kUnused);
+    known.resize(vocab_size, false);
+  }
+  std::unordered_map<std::string, uint32_t> ids;
+  for (uint32_t i = 0; i < tokens.size(); ++i) {
+    if (!known[i]) tokens[i] = "[PAD" + std::to_string(i) + "]";
+    ids.emplace(tokens[i], i);
+  }
+  std::optional<uint32_t> unk_id;
+  if (!unk_token.empty())
+    if (auto it = ids.find(unk_token); it != ids.end()) unk_id = it->second;
+
+  std::vector<std::string> merges;
+  if (model.contains("merges") && model["merges"].is_array()) {
+    merges.reserve(model["merges"].size());
+    for (size_t i = 0; i < model["merges"].size(); ++i) merges.push_back(merge_text(model["merges"][i], i));
+  }
+
+  std::vector<GgufKv> out;
+  out.push_back(kv("tokenizer.ggml.model", GgufValueType::String, spm ? "llama" : "gpt2"));
+  // llama.cpp's converter writes pre "default" for SentencePiece models
+  out.push_back(kv("tokenizer.ggml.pre", GgufValueType::String,
+                   spm ? std::string("default") : pre_name(tj.value("pre_tokenizer", json()))));
+  out.push_back(arr("tokenizer.ggml.tokens", GgufValueType::String, json(tokens)));
+  if (spm) {
+    std::vector<double> scores(tokens.size(), 0.0);
+    std::vector<bool> scored(tokens.size(), false);
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const size_t sp = merges[r].find(' ', 1);
+      if (sp == std::string::npos) continue;
+      auto it = ids.find(merges[r].substr(0, sp) + merges[r].substr(sp + 1));
+      if (it == ids.end() || scored[it->second]) continue;
+      scores[it->second] = -static_cast<double>(r);
+      scored[it->second] = true;
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (!scored[i]) scores[i] = -static_cast<double>(merges.size() + i);
+      if (types[i] == kNormal && tokens[i].size() == 6 && tokens[i].starts_with("<0x") &&
+          tokens[i].back() == '>')
+        types[i] = kByte;
+      if (unk_id && i == *unk_id) types[i] = kUnknown;
+    }
+    out.push_back(arr("tokenizer.ggml.scores", GgufValueType::F32, json(scores)));
+  }
+  out.push_back(arr("tokenizer.ggml.token_type", GgufValueType::I32, json(types)));
+  if (!spm) out.push_back(arr("tokenizer.ggml.merges", GgufValueType::String, json(merges)));
+
+  // special ids: the CMF bundle first, the post-processor's template for what it lacks
+  std::optional<uint32_t> bos, pad;
+  std::vector<uint32_t> eos;
+  if (bundle) {
+    bos = bundle->bos_token_id;
+    pad = bundle->pad_token_id;
+    eos = bundle->eos_token_ids;
+  }
+  bool add_bos = false, add_eos = false;
+  const json post = tj.value("post_processor", json());
+  if (const json* tp = template_of(post);
+      tp && tp->contains("single") && (*tp)["single"].is_array() && !(*tp)["single"].empty()) {
+    const json& single = (*tp)["single"];
+    auto special_id = [&](const json& item) -> std::optional<uint32_t> {
+      if (!item.contains("SpecialToken")) return std::nullopt;
+      const std::string name = item["SpecialToken"].value("id", "");
+      auto it = ids.find(name);
+      return it == ids.end() ? std::nullopt : std::optional<uint32_t>(it->second);
+    };
+    if (auto b = special_id(single.front())) {
+      add_bos = true;
+      if (!bos) bos = b;
+    }
+    if (auto e = special_id(single.back()); e && single.size() > 1) {
+      add_eos = true;
+      if (eos.empty()) eos.push_back(*e);
+    }
+  }
+  const auto n = static_cast<uint32_t>(tokens.size());
+  if (bos && *bos < n) out.push_back(kv("tokenizer.ggml.bos_token_id", GgufValueType::U32, *bos));
+  if (!eos.empty() && eos[0] < n)
+    out.push_back(kv("tokenizer.ggml.eos_token_id", GgufValueType::U32, eos[0]));
+  if (eos.size() > 1 && eos[1] < n)
+    out.push_back(kv("tokenizer.ggml.eot_token_id", GgufValueType::U32, eos[1]));
+  if (eos.size() > 2 && eos[2] < n)
+    out.push_back(kv("tokenizer.ggml.eom_token_id", GgufValueType::U32, eos[2]));
+  if (unk_id) out.push_back(kv("tokenizer.ggml.unknown_token_id", GgufValueType::U32, *unk_id));
+  if (pad && *pad < n) out.push_back(kv("tokenizer.ggml.padding_token_id", GgufValueType::U32, *pad));
+  out.push_back(kv("tokenizer.ggml.add_bos_token", GgufValueType::Bool, add_bos));
+  out.push_back(kv("tokenizer.ggml.add_eos_token", GgufValueType::Bool, add_eos));
+  if (spm) {
+    const json& norm = tj.value("normalizer", json());
+    const json& pre = tj.value("pre_tokenizer", json());
+    bool prefix = has_part(norm, "Prepend");
+    if (pre.is_object() && has_part(pre, "Metaspace"))
+      prefix = prefix || pre.value("prepend_scheme", "always") != "never";
+    if (!prefix)
+      out.push_back(kv("tokenizer.ggml.add_space_prefix", GgufValueType::Bool, false));  // default true
+  }
+  if (bundle && bundle->chat_template)
+    out.push_back(kv("tokenizer.chat_template", GgufValueType::String, *bundle->chat_template));
+  return out;
+}
+
+}  // namespace cortiq::convert

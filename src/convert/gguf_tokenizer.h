@@ -57,3 +57,28 @@ struct GgufTokenizer {
 GgufTokenizer tokenizer_from_gguf(const nlohmann::json& metadata);
 
 }  // namespace cortiq::convert
+
+#include "cmf/header.h"
+#include "convert/gguf_writer.h"
+
+namespace cortiq::convert {
+
+/// The tokenizer.ggml.* keys llama.cpp's convert_hf_to_gguf.py writes for a model whose
+/// tokenizer is `tokenizer_json` (a CMF vocab section) with the chat facts of `bundle` (may be
+/// null), padded to `vocab_size` tokens with `[PAD{id}]` (token type unused) as that converter pads:
+/// - a byte-level BPE (ByteLevel pre-tokenizer/decoder): model "gpt2", `pre` named from the
+///   pre-tokenizer (GPT-2's ByteLevel regex "gpt-2", Llama 3's Split regex "llama-bpe", Qwen2's
+///   "qwen2"), tokens, token_type, merges;
+/// - a SentencePiece BPE as LlamaConverter builds it (byte_fallback): model "llama", tokens, scores,
+///   token_type (byte pieces 6, unk 2), pre "default", add_space_prefix only when false. The tokenizer.json
+///   keeps no scores, so each piece made by a merge scores −(rank of its first merge) and the others −(merges
+///   + id): the order LlamaConverter recovered its merges from, which is all llama.cpp's SPM tokenizer and
+///   tokenizer_from_gguf read of them;
+/// then bos/eos/eot/unknown/padding ids, add_bos_token/add_eos_token (from the post-processor's
+/// template), and tokenizer.chat_template. Added tokens are control (3) when special, else
+/// user-defined (4). Throws Error(Unsupported) naming the model type (WordPiece, Unigram, …) or the
+/// pre-tokenizer for a tokenizer llama.cpp has no name for, Error(Parse) for malformed JSON.
+std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const cmf::TokenizerBundle* bundle,
+                                      uint32_t vocab_size);
+
+}  // namespace cortiq::convert

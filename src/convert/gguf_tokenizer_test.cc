@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "convert/gguf.h"
+#include "convert/sentencepiece.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -325,6 +326,137 @@ TEST(GgufTokenizer, Errors) {
   bpe.erase("tokenizer.ggml.merges");
   EXPECT_EQ(error_kind(bpe, &msg), ErrorKind::Parse);
   EXPECT_NE(msg.find("tokenizer.ggml.merges"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace cortiq::convert
+
+namespace cortiq::convert {
+namespace {
+
+/// GGUF metadata (as GgufFile::metadata() gives it) of the keys tokenizer_to_gguf writes.
+json metadata_of(const std::vector<GgufKv>& kvs) {
+  json md = json::object();
+  for (const auto& kv : kvs) md[kv.key] = kv.value;
+  return md;
+}
+
+// Export oracle: tokenizer.json → tokenizer.ggml.* (tokenizer_to_gguf) → tokenizer.json
+// (tokenizer_from_gguf, itself checked against llama.cpp's ids above) gives the same ids as the
+// original on text with spaces, newlines, digits, accents, CJK, emoji and special tokens, for the
+// SentencePiece (stories260K, Mistral-7B) and byte-level (Qwen2.5, Llama 3.2) tokenizers.
+TEST(TokenizerToGguf, RoundTripsThroughTheImporterToTheSameIds) {
+  SKIP_WITHOUT_SHARED();
+  const std::vector<std::string> texts = {
+      "Once upon a time, there was a little girl named Lily.",
+      "  two  spaces\nand a newline\n\n123456 + 7.89 = ?",
+      "Ünïcödé café naïve — 東京 タワー 🙂👍",
+      "<s>inline special</s> <|im_start|>user\nhi<|im_end|> <|begin_of_text|>",
+      "a",
+      ""};
+  struct Case {
+    std::string dir, model, pre;
+  };
+  for (const Case& c :
+       {Case{"stories260K-hf", "llama", "default"}, Case{"tokenizer-mistral-7b-v0.1", "llama", "default"},
+        Case{"tokenizer-qwen2.5", "gpt2", "qwen2"}, Case{"tokenizer-llama3.2", "gpt2", "llama-bpe"}}) {
+    SCOPED_TRACE(c.dir);
+    const std::string tj = read_text(shared_dir() + "/models/" + c.dir + "/tokenizer.json");
+    ASSERT_FALSE(tj.empty());
+    const json md = metadata_of(tokenizer_to_gguf(tj, nullptr, 0));
+    EXPECT_EQ(md["tokenizer.ggml.model"], c.model);
+    EXPECT_EQ(md["tokenizer.ggml.pre"], c.pre);
+    const GgufTokenizer back = tokenizer_from_gguf(md);
+    const Tokenizer a = Tokenizer::from_json(tj), b = Tokenizer::from_json(back.tokenizer_json);
+    EXPECT_EQ(a.vocab_size(), b.vocab_size());
+    for (const auto& t : texts)
+      for (bool special : {false, true})
+        EXPECT_EQ(a.encode(t, special), b.encode(t, special)) << t << " " << special;
+  }
+}
+
+TEST(TokenizerToGguf, RefusesWhatLlamaCppCannotName) {
+  json wp = {{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}}}};
+  EXPECT_THROW(
+      {
+        try {
+          tokenizer_to_gguf(wp.dump(), nullptr, 0);
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+          EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  json odd = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
+              {"pre_tokenizer",
+               {{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}}, {{"type", "ByteLevel"}}}}}}};
+  EXPECT_THROW(tokenizer_to_gguf(odd.dump(), nullptr, 0), Error);
+}
+
+}  // namespace
+}  // namespace cortiq::convert
+
+namespace cortiq::convert {
+namespace {
+
+std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Item 6 oracle: llama2.c's tok512.model (a SentencePiece BPE ModelProto) gives the tokenizer.json
+// transformers' LlamaConverter made of it (shared/models/stories260K-hf/tokenizer.json): the same
+// vocabulary, the same merges in the same order, the same ids on text.
+TEST(SentencePieceModel, Tok512GivesLlamaConvertersTokenizerJson) {
+  SKIP_WITHOUT_SHARED();
+  const std::string proto = read_text(shared_dir() + "/models/stories260K-llama2c/tok512.model");
+  const std::string hf = read_text(shared_dir() + "/models/stories260K-hf/tokenizer.json");
+  ASSERT_FALSE(proto.empty());
+  const json md = sentencepiece_metadata(as_bytes(proto), "tok512.model");
+  EXPECT_EQ(md["tokenizer.ggml.tokens"].size(), 512u);
+  EXPECT_EQ(md["tokenizer.ggml.tokens"][0], "<unk>");
+  EXPECT_EQ(md["tokenizer.ggml.token_type"][3], 6);  // <0x00>: byte
+  const json mine = json::parse(tokenizer_json_from_sentencepiece(as_bytes(proto), "tok512.model"));
+  const json want = json::parse(hf);
+  EXPECT_EQ(mine["model"]["vocab"], want["model"]["vocab"]);
+  ASSERT_EQ(mine["model"]["merges"].size(), want["model"]["merges"].size());
+  for (size_t i = 0; i < want["model"]["merges"].size(); ++i) {
+    const json& w = want["model"]["merges"][i];
+    const json m = mine["model"]["merges"][i];
+    const std::string ws =
+        w.is_string() ? w.get<std::string>() : w[0].get<std::string>() + " " + w[1].get<std::string>();
+    ASSERT_EQ(m[0].get<std::string>() + " " + m[1].get<std::string>(), ws) << i;
+  }
+  const Tokenizer a = Tokenizer::from_json(hf), b = Tokenizer::from_json(mine.dump());
+  for (const std::string t : {"Once upon a time, Lily saw a big red ball.", "  x\n\ny 42 é 🙂", ""})
+    for (bool special : {false, true}) EXPECT_EQ(a.encode(t, special), b.encode(t, special)) << t;
+}
+
+TEST(SentencePieceModel, MalformedOrUnigramIsRefused) {
+  // one piece "a" (field 1: {1: "a", 2: 0.0f}) and trainer_spec.model_type = 1 (unigram)
+  const std::string unigram = std::string(
+                                  "\x0a\x08\x0a\x01"
+                                  "a"
+                                  "\x15\x00\x00\x00\x00",
+                                  10) +
+                              std::string("\x12\x02\x18\x01", 4);
+  try {
+    sentencepiece_metadata(as_bytes(unigram), "u.model");
+    ADD_FAILURE() << "unigram accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("unigram"), std::string::npos) << e.what();
+  }
+  const std::string truncated = unigram.substr(0, 6);
+  try {
+    sentencepiece_metadata(as_bytes(truncated), "t.model");
+    ADD_FAILURE() << "truncated proto accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Parse);
+    EXPECT_NE(std::string(e.what()).find("t.model"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

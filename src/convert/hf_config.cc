@@ -6,6 +6,7 @@
 #include <numbers>
 #include <set>
 
+#include "convert/sentencepiece.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -234,6 +235,24 @@ HfFiles read_hf_files(const std::string& dir) {
     f.tokenizer_json = read_file((d / "tokenizer.json").string());
     if (json::parse(*f.tokenizer_json, nullptr, false).is_discarded())
       fail(ErrorKind::Parse, "'{}' is not valid JSON", (d / "tokenizer.json").string());
+  } else if (fs::exists(d / "tokenizer.model", ec)) {
+    // the Llama-2 / Mistral layout: the SentencePiece model alone, turned into the tokenizer.json
+    // transformers' LlamaConverter makes of it (or refused here: a file run cannot tokenize for
+    // is never written)
+    const std::string path = (d / "tokenizer.model").string();
+    const std::string proto = read_file(path);
+    std::optional<bool> add_bos, add_eos;
+    if (f.tokenizer_config.is_object()) {
+      if (auto it = f.tokenizer_config.find("add_bos_token");
+          it != f.tokenizer_config.end() && it->is_boolean())
+        add_bos = it->get<bool>();
+      if (auto it = f.tokenizer_config.find("add_eos_token");
+          it != f.tokenizer_config.end() && it->is_boolean())
+        add_eos = it->get<bool>();
+    }
+    f.tokenizer_json = tokenizer_json_from_sentencepiece(
+        {reinterpret_cast<const uint8_t*>(proto.data()), proto.size()}, path, add_bos, add_eos);
+    f.tokenizer_from_model = true;
   }
   return f;
 }

@@ -43,10 +43,14 @@ struct HfFiles {
   nlohmann::json tokenizer_config;                 ///< tokenizer_config.json or null
   std::optional<std::string> chat_template_jinja;  ///< chat_template.jinja (raw text) if present
   std::optional<std::string> tokenizer_json;       ///< tokenizer.json bytes, verbatim
+  /// tokenizer_json was built from tokenizer.model (no tokenizer.json; convert/sentencepiece.h)
+  bool tokenizer_from_model = false;
 };
 
-/// Reads the side files of `dir`. Throws Error(Io) when config.json is missing, Error(Parse)
-/// naming the file when any present JSON file is malformed.
+/// Reads the side files of `dir`. Without tokenizer.json, a SentencePiece tokenizer.model is read
+/// and its tokenizer.json built as transformers' LlamaConverter does (sentencepiece.h). Throws
+/// Error(Io) when config.json is missing, Error(Parse) naming the file when any present JSON file
+/// (or the tokenizer.model) is malformed, Error(Unsupported) for a non-BPE tokenizer.model.
 HfFiles read_hf_files(const std::string& dir);
 
 /// The text-model config: `config.text_config` when present (multimodal wrappers such as

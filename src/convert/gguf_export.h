@@ -1,0 +1,61 @@
+// `cortiq export-gguf`: a CMF file (or shard set) → a GGUF v3 file that llama.cpp runs, written as
+// llama.cpp's convert_hf_to_gguf.py writes the same model (the names and keys of gguf_model.h,
+// read back by `cortiq convert model.gguf`):
+// - general.architecture / name / file_type / quantization_version; `{arch}.context_length,
+//   embedding_length, block_count, feed_forward_length, attention.head_count(_kv),
+//   attention.key_length / value_length, attention.layer_norm_rms_epsilon, rope.freq_base`; llama:
+//   vocab_size, rope.dimension_count; phi3: rope.dimension_count, rope.scaling.original_context_length,
+//   attention.sliding_window; RoPE scaling: yarn and equal per-pair factors (linear) as
+//   `rope.scaling.*`, other factors (llama3) as the `rope_freqs.weight` tensor;
+// - a defragged specialist (FFN widths differing per layer, read from the tensor shapes) gets
+//   feed_forward_length as an i32 array, one width per layer (llama.cpp reads an array there);
+// - llama's Q and K rows (weights and biases) permuted as LlamaModel.permute does, phi3's Q/K/V and
+//   gate/up fused into attn_qkv / ffn_up;
+// - tokenizer.ggml.* rebuilt from the embedded tokenizer.json (tokenizer_to_gguf).
+// Tensor types (`type`): "" keeps each tensor's precision — f32/f16/bf16 → F32/F16/BF16 byte for
+// byte, q8_row → Q8_0 and q4_block/q4_tiled → Q4_0 exactly (gguf_codec.h), any other codec → Q8_0
+// re-quantized; "f32"|"f16"|"bf16"|"q8_0"|"q4_0" puts every matrix in that type (exact where the
+// pair allows, else ggml's reference quantizer). 1-D tensors (norms, biases) are always F32, as in
+// llama.cpp; a matrix whose rows are not whole 32-blocks falls back to F16. Every re-quantized
+// tensor is measured (decoded back, compared with the CMF values) and the worst is reported.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cortiq::convert {
+
+struct ExportOptions {
+  std::string input;   ///< .cmf file or shard set
+  std::string output;  ///< .gguf path
+  std::string type;    ///< "" (keep) or f32|f16|bf16|q8_0|q4_0
+  std::string skill;   ///< skill id to apply ("" / "none": the backbone)
+  std::string task;    ///< a task mask id: always refused (defrag first)
+  bool progress = true;
+};
+
+struct ExportResult {
+  std::string output;
+  uint64_t bytes = 0;                ///< size of the written file
+  uint64_t tensors = 0;              ///< GGUF tensors written
+  uint64_t exact = 0;                ///< tensors whose values are the CMF values exactly
+  uint64_t requantized = 0;          ///< tensors whose values changed (rounded to another codec)
+  double max_abs_err = 0;            ///< over the re-quantized tensors: max |GGUF value − CMF value|
+  double worst_rel_rms = 0;          ///< largest ‖Δ‖/‖w‖ of one re-quantized tensor
+  std::string worst_tensor;          ///< the tensor with that relative error
+  std::string arch;                  ///< general.architecture written
+  std::vector<uint32_t> ffn_widths;  ///< [layers] FFN width per layer
+  std::vector<std::string> notes;    ///< things the user should know (masks not exported, fallbacks)
+};
+
+/// Exports as described in the file comment. Throws Error(Unsupported) naming the architecture for
+/// one llama.cpp has no name for here (llama, mistral → llama, qwen2, qwen3, phi3 are written) or a
+/// feature GGUF cannot carry (MoE, MLA, per-layer head counts, softcapping, …), for a skill file
+/// (deltas only; export its base with --skill); Error(InvalidArgument) for an unknown `type`, an
+/// unknown skill (listing the known ones), any `task` (the hint: `cortiq defrag FILE --mask ID -o task.cmf`
+/// first, then export the defragged file) and a skill that activates a task mask; what the reader throws. The
+/// output goes through temp + rename: nothing under `output` on error.
+ExportResult export_gguf(const ExportOptions& opt);
+
+}  // namespace cortiq::convert
