@@ -8,7 +8,7 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS=(cmake ninja-build g++ clang pkg-config git
       nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libonig-dev libutf8proc-dev libhwy-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
-      python3 python3-numpy python3-jinja2)
+      python3 python3-numpy python3-jinja2 chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

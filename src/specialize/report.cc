@@ -74,19 +74,33 @@ class Plot {
   double sx(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
   double sy(double y) const { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
 
+  /// Tick label of v with enough decimals to tell ticks `step` apart.
+  static std::string tick(double v, double step) {
+    const int dec =
+        std::clamp(static_cast<int>(std::ceil(-std::log10(std::max(std::fabs(step), 1e-9)))), 0, 6);
+    return fmt::format("{:.{}f}", v, dec);
+  }
+  bool int_x = false;  ///< x ticks at the integers in range (layers)
+
   void axes(const std::string& title, const std::string& xl, const std::string& yl, bool pct_x) {
     body += fmt::format(R"(<rect x="0" y="0" width="{}" height="{}" fill="#ffffff"/>)", W, H);
     body += fmt::format(R"(<text x="{}" y="18" class="t">{}</text>)", L, esc(title));
     body += fmt::format(R"(<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" class="ax"/>)", L, H - B, W - R);
     body += fmt::format(R"(<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" class="ax"/>)", L, T, H - B);
+    if (int_x)
+      for (double xv = std::ceil(x0); xv <= x1; xv += 1)
+        body += fmt::format(R"(<text x="{:.1f}" y="{}" class="k" text-anchor="middle">{:.0f}</text>)", sx(xv),
+                            H - B + 16, xv);
     for (int i = 0; i <= 4; ++i) {
       const double xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
-      body += fmt::format(R"(<text x="{:.1f}" y="{}" class="k" text-anchor="middle">{}</text>)", sx(xv),
-                          H - B + 16, pct_x ? fmt::format("{:.0f}%", 100 * xv) : fmt::format("{:.0f}", xv));
+      if (!int_x)
+        body += fmt::format(R"(<text x="{:.1f}" y="{}" class="k" text-anchor="middle">{}</text>)", sx(xv),
+                            H - B + 16,
+                            pct_x ? tick(100 * xv, 100 * (x1 - x0) / 4) + "%" : tick(xv, (x1 - x0) / 4));
       body += fmt::format(R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" class="g"/>)", L, sy(yv), W - R,
                           sy(yv));
-      body += fmt::format(R"(<text x="{}" y="{:.1f}" class="k" text-anchor="end">{:.3g}</text>)", L - 4,
-                          sy(yv) + 4, yv);
+      body += fmt::format(R"(<text x="{}" y="{:.1f}" class="k" text-anchor="end">{}</text>)", L - 4,
+                          sy(yv) + 4, tick(yv, (y1 - y0) / 4));
     }
     body += fmt::format(R"(<text x="{}" y="{}" class="k" text-anchor="middle">{}</text>)", (L + W - R) / 2,
                         H - 8, esc(xl));
@@ -180,6 +194,7 @@ std::string widths_plot(const json& t) {
   if (t.contains("widths") && t["widths"].is_array())
     for (const auto& x : t["widths"])
       if (x.is_number()) w.push_back(x.get<double>());
+  pl.int_x = true;
   pl.x0 = -0.5, pl.x1 = std::max<double>(w.size(), 1) - 0.5, pl.y0 = 0, pl.y1 = std::max(full, 1.0) * 1.05;
   pl.axes("Kept FFN width per layer", "layer", "neurons", false);
   if (w.empty()) pl.note("no widths recorded");
