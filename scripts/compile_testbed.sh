@@ -2,7 +2,7 @@
 # Compiles a specialist for each testbed domain (issue 31 item 5) and tabulates it against the
 # dense testbed at the same codec: test-split ppl of the domain (never seen by compile) and of the
 # three other domains, kept FFN fraction, file size, decode tok/s (cortiq bench, dense and
-# specialist interleaved). Writes models/testbed/dense.cmf-equivalent specialists/dense.cmf,
+# specialist interleaved). Writes models/testbed/specialists/dense.cmf (the testbed at QUANT),
 # specialists/<domain>.cmf, specialists/<domain>.log and specialists/<domain>.html, and the table
 # to stdout (copy it into models/testbed/SPECIALISTS.md).
 # Usage: scripts/compile_testbed.sh [domain …]   (default: code scripture dictionary manuals)
