@@ -9,7 +9,7 @@ PKGS=(cmake ninja-build g++ clang pkg-config git
       nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libonig-dev libutf8proc-dev libhwy-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libedit-dev
       python3 python3-numpy python3-jinja2
-      chromium)  # the chat page's browser test (tests/clients/page_test.mjs, headless)
+      chromium)  # headless browser tests: the chat page (tests/clients/page_test.mjs), compile --report
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "shell.h"
@@ -94,6 +95,50 @@ TEST_F(CompileCli, SpecialistMaskDefragAndVerdictExit) {
   EXPECT_TRUE(leftovers().empty());
 }
 
+TEST_F(CompileCli, SkillAndReportRenders) {
+  const std::string skill = (dir_ / "skill.cmf").string(), html = (dir_ / "report.html").string();
+  int rc = -1;
+  std::string o =
+      cli("compile " + model() + " --task stories --corpus " + corpus() +
+              " --chunk 32 --select-chunks 4 --report-chunks 4 --budget 6 --eval-every 3 --lr 0.5 "
+              "--l1-aggression 50 --target-sparsity 0.05 --fcd-steps 20 --fcd-layers 2 --fcd-lr 1e-4 "
+              "--skill-prompts 8 --as skill --accept-worse -q --report " +
+              html + " -o " + skill,
+          &rc);
+  ASSERT_EQ(rc, 0) << o;
+  o = cli("skill list " + skill, &rc);
+  EXPECT_EQ(rc, 0) << o;
+  EXPECT_NE(o.find("stories"), std::string::npos) << o;
+  o = cli("verify " + skill, &rc);
+  EXPECT_EQ(rc, 0) << o;
+  // self-contained: three inline SVG plots, no script, nothing fetched
+  const std::string page = cortiq::test::sh("cat " + html);
+  for (const char* id : {"plot-phase-a", "plot-phase-b", "plot-widths"})
+    EXPECT_NE(page.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  EXPECT_EQ(page.find("href="), std::string::npos);
+  if (cortiq::test::sh("command -v chromium").empty()) GTEST_SKIP() << "chromium is not installed";
+  // rendered: the three plots sit side by side in an 1800-px window; each third of the screenshot
+  // must hold the plot's coloured marks (series, sweep, chosen ring, bars)
+  const std::string png = (dir_ / "report.png").string();
+  o = cortiq::test::sh(
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+      "--window-size=1800,900 --screenshot=" +
+          png + " file://" + html + " 2>&1",
+      &rc);
+  ASSERT_TRUE(fs::exists(png)) << o;
+  o = cortiq::test::sh(
+      "python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/png_colored.py " + png + " 3", &rc);
+  ASSERT_EQ(rc, 0) << o;
+  std::istringstream in(o);
+  long a = 0, b = 0, c = 0;
+  in >> a >> b >> c;
+  EXPECT_GT(a, 300) << o << " (phase A plot)";
+  EXPECT_GT(b, 300) << o << " (phase B plot)";
+  EXPECT_GT(c, 300) << o << " (widths plot)";
+}
+
 TEST_F(CompileCli, BadInputLeavesNothing) {
   int rc = -1;
   std::string o = cli("compile " + model() + tiny() + "-o " + model(), &rc);
@@ -103,8 +148,10 @@ TEST_F(CompileCli, BadInputLeavesNothing) {
   o = cli("compile " + model() + tiny() + "--chunk 256 -o " + out, &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(o.find("too short"), std::string::npos) << o;
-  o = cli("compile " + model() + tiny() + "--as skill -o " + out, &rc);
+  o = cli("compile " + model() + tiny() + "--as skills -o " + out, &rc);
   EXPECT_NE(o.find("--as must be"), std::string::npos) << o;
+  o = cli("compile " + model() + tiny() + "--as skill -o " + out, &rc);
+  EXPECT_NE(o.find("--fcd-steps 0 leaves nothing to store"), std::string::npos) << o;
   // an interrupt half-way (SIGTERM: a background job of a non-interactive shell ignores SIGINT):
   // nothing under the output name, no temporary
   const std::string cmd = "timeout 60 " + std::string(CORTIQ_CLI_PATH) + " compile " + model() +

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "specialize/report.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -17,6 +18,7 @@ namespace {
 struct CompileArgs {
   specialize::CompileOptions o;
   std::string as = "specialist";
+  std::string report;
   bool accept_worse = false, quiet = false;
 };
 
@@ -25,15 +27,22 @@ void compile_cmd(CompileArgs& a) {
     a.o.as = specialize::CompileAs::Mask;
   else if (a.as == "specialist")
     a.o.as = specialize::CompileAs::Specialist;
+  else if (a.as == "skill")
+    a.o.as = specialize::CompileAs::Skill;
   else
-    fail(ErrorKind::InvalidArgument, "--as must be 'specialist' or 'mask' (got '{}')", a.as);
+    fail(ErrorKind::InvalidArgument, "--as must be 'specialist', 'mask' or 'skill' (got '{}')", a.as);
   refuse_overwriting_input(a.o.model, a.o.output, "compile");
+  if (!a.report.empty()) refuse_overwriting_input(a.o.model, a.report, "compile --report");
   if (!a.quiet)
     a.o.log = [](const std::string& s) {
       std::printf("%s\n", s.c_str());
       std::fflush(stdout);
     };
   const auto r = specialize::compile_task(a.o);
+  if (!a.report.empty()) {
+    specialize::write_report(a.report, r.trace);
+    std::printf("wrote %s (report)\n", a.report.c_str());
+  }
   std::printf("wrote %s: %llu bytes (source %llu, %.2fx smaller); report ppl dense %.3f, %s %.3f: %s\n",
               a.o.output.c_str(), static_cast<unsigned long long>(r.bytes_after),
               static_cast<unsigned long long>(r.bytes_before),
@@ -60,7 +69,13 @@ void setup(CLI::App& root) {
   c->add_option("--task", a->o.task, "task name (the mask's name; recorded in the contract)")->required();
   c->add_option("--corpus", a->o.corpus, "UTF-8 task text file(s)")->required()->expected(1, -1);
   c->add_option("-o,--output", a->o.output, "output .cmf")->required();
-  c->add_option("--as", a->as, "specialist (physically smaller file) | mask (same file + a task mask)");
+  c->add_option("--as", a->as,
+                "specialist (physically smaller file) | mask (same file + a task mask) | skill (mask + the "
+                "trained tail as skill.<task>.* overlays with a routing descriptor)");
+  c->add_option("--report", a->report, "write an HTML report (inline SVG plots of the phases) to this path");
+  c->add_option("--skill-prompts", a->o.skill_prompts, "skill: train chunks fitted for the router (48)")
+      ->check(positive());
+  c->add_option("--skill-rank", a->o.skill_rank, "skill: routing descriptor rank (2)")->check(positive());
   c->add_option("--budget", a->o.a.steps, "phase A steps, one chunk each (240)")->check(positive());
   c->add_option("--eval-every", a->o.a.eval_every, "score the hard mask on select every N steps (30)")
       ->check(positive());

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "cmf/reader.h"
@@ -11,6 +12,7 @@
 #include "runtime/session.h"
 #include "specialize/defrag.h"
 #include "specialize/score.h"
+#include "specialize/skills.h"
 #include "train/backward.h"
 #include "train/params.h"
 #include "util/atomic_file.h"
@@ -55,6 +57,53 @@ uint64_t tensor_bytes(const cmf::Reader& r) {
 
 double r4(double x) {
   return std::round(x * 1e4) / 1e4;
+}
+
+/// The skill of compile --as skill: writes phase B's trained tail into a same-shape donor beside
+/// `stage` (defrag_file keeping every neuron), a prompts file of decoded train chunks, and appends
+/// the overlays that differ (tail FFN tensors only) with a fitted descriptor to `stage` in place
+/// (skill_add without an output: cmf::append_in_place). Returns the overlaid backbone names.
+std::vector<std::string> append_skill(const cmf::Reader& src, const Tokenizer& tok, const TaskCorpus& corpus,
+                                      const KeepSets& keep, const FcdResult& fb, const CompileOptions& opt,
+                                      const std::string& stage) {
+  const cmf::ModelArch& arch = src.header().arch;
+  AtomicFile donor_guard(opt.output + ".donor");
+  DefragPlan all;
+  for (size_t l = 0; l < keep.size(); ++l) {
+    all.keep.emplace_back(arch.intermediate_size);
+    for (uint32_t j = 0; j < arch.intermediate_size; ++j) all.keep.back()[j] = j;
+  }
+  all.trained = &fb.masters;
+  defrag_file(src, donor_guard.temp_path(), all, false);
+  AtomicFile prompts_guard(opt.output + ".prompts");
+  {
+    std::ofstream f(prompts_guard.temp_path(), std::ios::binary | std::ios::trunc);
+    const size_t n = std::min(opt.skill_prompts, corpus.train.size());
+    for (size_t i = 0; i < n; ++i) {
+      // spread over the train split, not its opening
+      const Chunk& c = corpus.train[i * corpus.train.size() / n];
+      // the separator inside the text (a document boundary the chunk crosses) would split the prompt
+      std::string text = tok.decode(c, true);
+      for (size_t at; (at = text.find(kPromptSeparator)) != std::string::npos;)
+        text.replace(at, kPromptSeparator.size(), " ");
+      f << text << "\n" << kPromptSeparator << "\n";
+    }
+    if (!f) fail(ErrorKind::Io, "compile: cannot write the prompts file {}", prompts_guard.temp_path());
+  }
+  SkillAddOptions so;
+  so.base = stage;
+  so.from = donor_guard.temp_path();
+  so.id = opt.task;
+  so.name = opt.task;
+  so.tensors = TensorSet::Ffn;
+  const size_t tail = std::min<size_t>(opt.b.layers, arch.num_layers);
+  for (size_t l = arch.num_layers - tail; l < arch.num_layers; ++l)
+    so.layers.push_back(static_cast<uint32_t>(l));
+  so.prompts = prompts_guard.temp_path();
+  so.fit.rank = opt.skill_rank;
+  so.threads = opt.threads;
+  so.progress = opt.progress;
+  return skill_add(so).overlays;
 }
 
 }  // namespace
@@ -108,9 +157,19 @@ CompileResult compile_task(const CompileOptions& opt) {
   cmf::Reader src = cmf::Reader::open(opt.model);
   src.check_sections();
   const cmf::ModelArch& arch = src.header().arch;
-  const bool as_mask = opt.as == CompileAs::Mask;
-  if (as_mask && src.masks() && src.masks()->find(opt.task))
+  const bool as_mask = opt.as == CompileAs::Mask, as_skill = opt.as == CompileAs::Skill;
+  const bool with_mask = as_mask || as_skill;
+  if (with_mask && src.masks() && src.masks()->find(opt.task))
     fail(ErrorKind::InvalidArgument, "compile: '{}' already has a task mask named '{}'", opt.model, opt.task);
+  if (as_skill) {
+    check_skill_id(opt.task);
+    for (const auto& r : src.skills())
+      if (r.id == opt.task)
+        fail(ErrorKind::InvalidArgument, "compile: '{}' already has a skill '{}'", opt.model, opt.task);
+    if (opt.b.steps == 0)
+      fail(ErrorKind::InvalidArgument,
+           "compile --as skill: the skill is phase B's trained tail; --fcd-steps 0 leaves nothing to store");
+  }
   if (arch.num_loops != 1)
     fail(ErrorKind::Unsupported, "compile: looped models (num_loops {}) are not supported", arch.num_loops);
 
@@ -162,6 +221,21 @@ CompileResult compile_task(const CompileOptions& opt) {
   // 5. phase B
   FcdResult fb;
   const bool phase_b = !as_mask && opt.b.steps > 0;
+  nlohmann::json trace = {
+      {"dense_select", std::exp(ga.dense_select_nll)},
+      {"intermediate", arch.intermediate_size},
+      {"widths", widths},
+      {"chosen",
+       {{"what", ga.chosen.what}, {"kept", ga.chosen.kept}, {"ppl", std::exp(ga.chosen.select_nll)}}},
+      {"aligned", {{"kept", kept}, {"ppl", std::exp(mask_nll)}}},
+      {"phase_a", nlohmann::json::array()},
+      {"sweep", nlohmann::json::array()},
+      {"phase_b", nlohmann::json::array()}};
+  for (const auto& p : ga.history)
+    trace["phase_a"].push_back(
+        {{"what", p.what}, {"step", p.step}, {"kept", p.kept}, {"ppl", std::exp(p.select_nll)}});
+  for (const auto& p : ga.sweep)
+    trace["sweep"].push_back({{"what", p.what}, {"kept", p.kept}, {"ppl", std::exp(p.select_nll)}});
   if (phase_b) {
     Bar bb(opt.progress, "phase B", opt.b.steps, "step");
     FcdOptions bo = opt.b;
@@ -169,11 +243,16 @@ CompileResult compile_task(const CompileOptions& opt) {
     fb = fcd_tail(arch, replica, keep, corpus, bo, [&](const std::string& n, size_t k) { bb.tick(n, k); });
     bb.done();
     for (const auto& p : fb.history)
-      log(fmt::format("  phase B {:<14} select ppl {:.3f}", p.what, std::exp(p.select_nll)));
+      log(fmt::format("  phase B {:<14} select ppl {:.3f}", p.what, std::exp(p.select_nll))),
+          trace["phase_b"].push_back({{"what", p.what}, {"step", p.step}, {"ppl", std::exp(p.select_nll)}});
     log(fb.best_step ? fmt::format("phase B: best at step {} (select ppl {:.3f} from {:.3f})", fb.best_step,
                                    std::exp(fb.best_nll), std::exp(fb.start_nll))
                      : "phase B: no step beat the phase-A mask; nothing trained is kept");
   }
+  if (as_skill && !fb.best_step)
+    fail(ErrorKind::InvalidArgument,
+         "compile --as skill: no phase B step beat the mask alone on select, so there is no trained tail to "
+         "store as a skill (more --fcd-steps or a higher --fcd-lr, or --as mask)");
 
   // 6. the contract (report filled after measuring)
   nlohmann::json files = nlohmann::json::array(), shas = nlohmann::json::array();
@@ -188,7 +267,9 @@ CompileResult compile_task(const CompileOptions& opt) {
       {"recipe", phase_b ? "l1-mask+fcd" : "l1-mask"},
       {"version", 1},
       {"task", opt.task},
-      {"as", as_mask ? "mask" : "specialist"},
+      {"as", as_skill  ? "skill"
+             : as_mask ? "mask"
+                       : "specialist"},
       {"seed", opt.a.seed},
       {"corpus",
        {{"files", files},
@@ -233,7 +314,8 @@ CompileResult compile_task(const CompileOptions& opt) {
   AtomicFile stage_guard(opt.output + ".stage");
   const std::string stage = stage_guard.temp_path();
   cmf::MaskCatalog cat;
-  if (as_mask) {
+  std::vector<std::string> overlays;
+  if (with_mask) {
     if (src.masks()) cat = *src.masks();
     uint32_t id = 0;
     for (const auto& x : cat.masks) id = std::max(id, x.task_id + 1);
@@ -243,6 +325,7 @@ CompileResult compile_task(const CompileOptions& opt) {
     cat.masks.push_back(std::move(tm));
     if (cat.default_task.empty()) cat.default_task = opt.task;
     convert::write_with_masks(opt.model, stage, cat, opt.progress);
+    if (as_skill) overlays = append_skill(src, *tok, corpus, keep, fb, opt, stage);
   } else {
     DefragPlan plan;
     plan.keep = keep;
@@ -256,16 +339,20 @@ CompileResult compile_task(const CompileOptions& opt) {
   lo.exact = true;
   lo.task = "off";
   Bar bm(opt.progress, "report", 2 * corpus.report.size(), "chunk");
-  const auto measure = [&](const std::string& path, const std::string& task, const char* note) {
+  const auto measure = [&](const std::string& path, const std::string& task, const char* note,
+                           const std::string& skill = "none") {
     runtime::LoadOptions lo;
     lo.threads = opt.threads;
     lo.exact = true;
     lo.task = task;
+    lo.skill = skill;
     runtime::LoadedModel lm = runtime::load_model(path, lo);
     return score_chunks(*lm.model, corpus.report, lm.variant.get(), 4, [&](size_t n) { bm.tick(note, n); });
   };
   const Score dense_rep = measure(opt.model, "off", "dense");
-  const Score spec_rep = measure(stage, as_mask ? opt.task : "off", "specialist");
+  const Score spec_rep = as_skill  ? measure(stage, "", "skill", opt.task)
+                         : as_mask ? measure(stage, opt.task, "mask")
+                                   : measure(stage, "off", "specialist");
   bm.done();
   const Paired d = paired_delta(dense_rep, spec_rep, corpus.chunk);
   CompileResult res;
@@ -284,11 +371,14 @@ CompileResult compile_task(const CompileOptions& opt) {
                         {"verdict", res.verdict},
                         {"engine", kEngine},
                         {"kernels", "exact"}};
-  log(
-      fmt::format("report (runtime, exact kernels, {} tokens): dense ppl {:.3f}, {} ppl {:.3f} (ratio "
-                  "{:.4f}, Δnll {:+.4f} ± {:.4f}): {}",
-                  spec_rep.tokens, res.dense_ppl, as_mask ? "mask" : "specialist", res.specialist_ppl,
-                  res.specialist_ppl / res.dense_ppl, d.mean_delta, d.stderr_delta, res.verdict));
+  log(fmt::format(
+      "report (runtime, exact kernels, {} tokens): dense ppl {:.3f}, {} ppl {:.3f} (ratio "
+      "{:.4f}, Δnll {:+.4f} ± {:.4f}): {}",
+      spec_rep.tokens, res.dense_ppl,
+      as_skill  ? "skill"
+      : as_mask ? "mask"
+                : "specialist",
+      res.specialist_ppl, res.specialist_ppl / res.dense_ppl, d.mean_delta, d.stderr_delta, res.verdict));
 
   // 9. the final file: the staged tensors under a header carrying the contract
   cmf::Reader st = cmf::Reader::open(stage);
@@ -298,7 +388,7 @@ CompileResult compile_task(const CompileOptions& opt) {
   cmf::Header h = st.header();
   if (!h.provenance.is_object()) h.provenance = nlohmann::json::object();
   std::optional<cmf::MaskCatalog> masks;
-  if (as_mask) {
+  if (with_mask) {
     masks = *st.masks();
     for (auto& x : masks->masks)
       if (x.name == opt.task) {
@@ -309,6 +399,16 @@ CompileResult compile_task(const CompileOptions& opt) {
         q["dataset_sha256"] = shas.size() == 1 ? shas[0] : shas;
         x.quality = q;
         x.extra["specialize"] = contract;
+      }
+    for (auto& r : h.skills)
+      if (as_skill && r.id == opt.task) {
+        r.input_mask_task = opt.task;
+        r.quality = nlohmann::json{{"metric", "ppl"},
+                                   {"value", r4(res.specialist_ppl)},
+                                   {"baseline_dense", r4(res.dense_ppl)},
+                                   {"n_samples", spec_rep.tokens},
+                                   {"verdict", res.verdict}};
+        r.provenance = nlohmann::json{{"specialize", contract}};
       }
   } else {
     h.provenance["specialize"] = contract;
@@ -325,6 +425,12 @@ CompileResult compile_task(const CompileOptions& opt) {
          problems.front());
   res.bytes_after = fs::file_size(opt.output);
   res.contract = contract;
+  trace["report"] = {{"dense", res.dense_ppl}, {"specialist", res.specialist_ppl}, {"verdict", res.verdict}};
+  trace["task"] = opt.task;
+  trace["as"] = contract["as"];
+  trace["bytes"] = {{"before", res.bytes_before}, {"after", res.bytes_after}};
+  res.trace = std::move(trace);
+  res.overlays = std::move(overlays);
   return res;
 }
 

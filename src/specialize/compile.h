@@ -23,7 +23,9 @@
 
 namespace cortiq::specialize {
 
-enum class CompileAs { Mask, Specialist };
+/// What compile writes: a standalone defragged file, the same-shape file plus a task mask, or that
+/// mask plus phase B's trained tail as a skill (`skill.<task>.*` overlays, routing descriptor).
+enum class CompileAs { Mask, Specialist, Skill };
 
 struct CompileOptions {
   std::string model, output, task;
@@ -31,8 +33,11 @@ struct CompileOptions {
   CompileAs as = CompileAs::Specialist;
   SplitOptions split;
   GateSearchOptions a;
-  FcdOptions b;         ///< b.steps = 0: no phase B (always none for a mask)
-  uint32_t align = 32;  ///< keep-count alignment (§4; 1 = off)
+  FcdOptions b;  ///< b.steps = 0: no phase B (always none for a mask; a skill needs it)
+  /// Skill: prompts fitted for the routing descriptor (train chunks, decoded; at most this many).
+  size_t skill_prompts = 48;
+  uint32_t skill_rank = 2;  ///< the descriptor's rank (specialize/routing.h FitOptions)
+  uint32_t align = 32;      ///< keep-count alignment (§4; 1 = off)
   size_t threads = 1;
   bool progress = true;  ///< progress bars (drawn only when stderr is a terminal)
   /// One line per phase result for the user (nullptr: silent).
@@ -45,13 +50,23 @@ struct CompileResult {
   bool better = false;                           ///< the specialist beats dense on report beyond noise
   double dense_ppl = 0.0, specialist_ppl = 0.0;  ///< report split, through the runtime
   uint64_t bytes_before = 0, bytes_after = 0;    ///< input and output file sizes
+  /// Phase curves for the HTML report (report.h): dense, phase A history, sweep, chosen, phase B
+  /// history, per-layer widths and the intermediate size.
+  nlohmann::json trace;
+  std::vector<std::string> overlays;  ///< skill: the backbone names that got an overlay
 };
 
-/// Runs the chain. Throws Error(InvalidArgument) when output is the input file, the task name is
-/// empty or (for a mask) already in the file, or the corpus is too short; Error(Unsupported) naming
-/// the layer for what phase A cannot differentiate (a MoE layer, a non-SiLU activation, a sliding
-/// window, an FFN width other than the arch's); Error(Io|Parse) from the files. Nothing is left
-/// under `output` (nor a staged file) on an error or an interrupt.
+/// Runs the chain. As a skill: the task mask (named `task`) is added to the masks, then phase B's
+/// trained tail tensors (those that differ) are appended as overlays `skill.<task>.<name>` through
+/// skill_add (true append, cmf/append.h) with a record {id = task, input_mask_task = task, layers,
+/// selection fitted from decoded train chunks, quality, provenance.specialize = the contract}; the
+/// report split is scored with that skill bound (its mask on).
+/// Throws Error(InvalidArgument) when output is the input file, the task name is
+/// empty or (for a mask or skill) already in the file, or not a valid skill id (skill), when phase
+/// B trains nothing that beats the mask (skill: nothing to store), or the corpus is too short;
+/// Error(Unsupported) naming the layer for what phase A cannot differentiate (a MoE layer, a non-SiLU
+/// activation, a sliding window, an FFN width other than the arch's); Error(Io|Parse) from the files. Nothing
+/// is left under `output` (nor a staged file) on an error or an interrupt.
 CompileResult compile_task(const CompileOptions& opt);
 
 /// The refusals of compile_task for a model: throws Error(Unsupported) naming the first layer the

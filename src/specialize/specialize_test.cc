@@ -15,7 +15,9 @@
 #include "specialize/compile.h"
 #include "specialize/defrag.h"
 #include "specialize/keep.h"
+#include "specialize/routing.h"
 #include "specialize/score.h"
+#include "specialize/skills.h"
 #include "support/errors.h"
 #include "util/error.h"
 
@@ -239,7 +241,8 @@ TEST(Compile, TinyEndToEnd) {
               widths[l]);
   }
   EXPECT_LT(c["size"]["kept_fraction"].get<double>(), 1.0) << "the target sparsity ships a cut";
-  EXPECT_GE(c["selection"]["sparsity"].get<double>(), 0.05) << "a cut reaching the target beats one short of it";
+  EXPECT_GE(c["selection"]["sparsity"].get<double>(), 0.05)
+      << "a cut reaching the target beats one short of it";
   // the report numbers are what the runtime gives on the written file
   {
     cmf::Reader src = cmf::Reader::open(f32);
@@ -268,6 +271,75 @@ TEST(Compile, TinyEndToEnd) {
   mo.model = d / "mask.cmf";
   mo.output = d / "mask2.cmf";
   EXPECT_NE(msg_of([&] { compile_task(mo); }).find("already has a task mask"), std::string::npos);
+}
+
+TEST(Compile, AsSkillOverlaysOnlyTheTunedTailAndRoutesItsCorpus) {
+  TempDir d;
+  const std::string f32 = convert_stories(d, "f32");
+  CompileOptions o = tiny(f32, d / "skill.cmf");
+  o.as = CompileAs::Skill;
+  o.skill_prompts = 8;
+  o.b.steps = 20;  // enough for the tail to beat the mask alone on select
+  o.b.eval_every = 20;
+  o.b.lr = 1e-4;
+  const CompileResult r = compile_task(o);
+  cmf::Reader rs = cmf::Reader::open(o.output);
+  EXPECT_TRUE(rs.verify().empty());
+  // the overlays are exactly the trained tail's FFN tensors (layers 3 and 4), nothing else
+  std::vector<std::string> want;
+  for (uint32_t l : {3u, 4u})
+    for (auto role : {cmf::TensorRole::FfnGate, cmf::TensorRole::FfnUp, cmf::TensorRole::FfnDown})
+      want.push_back(cmf::tensor_name(role, l));
+  std::vector<std::string> got = r.overlays, in_file;
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  for (const auto& t : rs.tensors())
+    if (auto p = cmf::parse_skill_name(t.name)) in_file.push_back(p->second);
+  std::sort(in_file.begin(), in_file.end());
+  EXPECT_EQ(in_file, want);
+  ASSERT_EQ(rs.skills().size(), 1u);
+  const cmf::SkillRecord& rec = rs.skills()[0];
+  EXPECT_EQ(rec.id, "stories");
+  EXPECT_EQ(rec.input_mask_task, std::optional<std::string>("stories"));
+  EXPECT_EQ(rec.layers, (std::vector<uint32_t>{3, 4}));
+  ASSERT_TRUE(rec.selection.has_value());
+  ASSERT_TRUE(rec.provenance && rec.provenance->contains("specialize"));
+  EXPECT_EQ((*rec.provenance)["specialize"]["as"], "skill");
+  ASSERT_NE(rs.masks()->find("stories"), nullptr);
+  // the skill runs: its report score through the runtime is the contract's, and it differs from the
+  // mask alone (the tuned tail is applied)
+  cmf::Reader src = cmf::Reader::open(f32);
+  auto tok = runtime::load_tokenizer(src, f32);
+  SplitOptions so;
+  so.chunk = 32;
+  so.select_chunks = so.report_chunks = 4;
+  const TaskCorpus corpus = load_corpus(*tok, {kStory}, so);
+  runtime::LoadOptions lo;
+  lo.exact = true;
+  lo.skill = "stories";
+  auto lm = runtime::load_model(o.output, lo);
+  const double with_skill = score_chunks(*lm.model, corpus.report, lm.variant.get()).ppl();
+  EXPECT_NEAR(with_skill, r.specialist_ppl, 1e-9 * r.specialist_ppl);
+  lo.skill = "none";
+  lo.task = "stories";
+  auto lm2 = runtime::load_model(o.output, lo);
+  EXPECT_NE(score_chunks(*lm2.model, corpus.report, lm2.variant.get()).ppl(), with_skill);
+  // the router picks it on its corpus (φ of report chunks through the backbone)
+  size_t picked = 0;
+  for (const Chunk& c : corpus.report) {
+    const auto phi = compute_phis(*lm2.model, c, std::vector<uint32_t>{rec.selection->phi_layer});
+    picked += choose_skill(rs.skills(), phi).chosen == "stories";
+  }
+  EXPECT_EQ(picked, corpus.report.size());
+  // a second skill of the same name is refused; --fcd-steps 0 leaves nothing to store
+  o.model = o.output;
+  o.output = d / "skill2.cmf";
+  EXPECT_NE(msg_of([&] { compile_task(o); }).find("already has a task mask"), std::string::npos);
+  o.model = f32;
+  o.b.steps = 0;
+  EXPECT_NE(msg_of([&] { compile_task(o); }).find("leaves nothing to store"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d / "skill2.cmf"));
 }
 
 TEST(Compile, BadInput) {
