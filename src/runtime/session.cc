@@ -211,6 +211,7 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
     if (!st.empty()) job->stop.push_back(st);
   job->mask = engine_->default_mask();
   job->keep_special = gp.keep_special;
+  job->grammar = gp.grammar;
   job->use_cache = !fresh_;
   fresh_ = false;
   auto out = std::make_shared<Outcome>();

@@ -13,9 +13,10 @@
 #include "cmf/reader.h"
 #include "model/cmf_source.h"
 #include "model/model.h"
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
-#include "tokenizer/chat_template.h"
 #include "runtime/skills.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cortiq::runtime {
@@ -126,6 +127,8 @@ struct GenerateParams {
   /// Special tokens whose text is kept in the output (tokenizer/output_protocol.h
   /// tool_markup_specials); other special tokens write no text.
   std::vector<uint32_t> keep_special;
+  /// Constrains the output (Job::grammar); null = free text.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 class Engine;
