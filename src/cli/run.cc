@@ -21,8 +21,8 @@
 
 #include "cli/command.h"
 #include "runtime/session.h"
-#include "tokenizer/output_protocol.h"
 #include "specialize/skill_choice.h"
+#include "tokenizer/output_protocol.h"
 #include "util/error.h"
 
 namespace cortiq::cli {
@@ -37,6 +37,7 @@ struct RunArgs {
   int top_k = 40;
   std::string seed = "-1";  ///< checked by seed_value(); -1 = random (llama-cli)
   std::vector<std::string> stop;
+  std::string grammar_file, json_schema;
   CLI::Option* prompt_opt = nullptr;
   CLI::Option* file_opt = nullptr;
 };
@@ -196,6 +197,7 @@ void run_cmd(const RunArgs& a) {
   runtime::GenerateParams gp;
   gp.max_tokens = a.n < 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(a.n);
   gp.stop_strings = a.stop;
+  gp.grammar = load_grammar(a.grammar_file, a.json_schema);
   if (a.greedy) {
     gp.sampler = runtime::SamplerParams::greedy();
   } else {
@@ -336,6 +338,10 @@ void setup(CLI::App& root) {
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
+  c->add_option("--grammar-file", a->grammar_file,
+                "constrain the output to this GBNF grammar (llama.cpp syntax)");
+  c->add_option("--json-schema", a->json_schema,
+                "constrain the output to JSON valid under this JSON Schema file");
   c->callback([a] { run_cmd(*a); });
 }
 
