@@ -3,7 +3,9 @@
 // table / JSON goes to stdout; notes and --progress lines go to stderr.
 #include "runtime/bench.h"
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,8 +13,10 @@
 
 #include "cli/command.h"
 #include "cli/gguf_input.h"
+#include "runtime/grammar.h"
 #include "runtime/session.h"
 #include "specialize/skill_choice.h"
+#include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -29,7 +33,59 @@ struct BenchArgs {
   double bw_mib = 0;
   bool json = false, progress = false;
   runtime::LoadOptions load;  ///< only --exact and --no-mmap (threads come from -t, a list)
+  std::string grammar_file, json_schema;
 };
+
+/// `bench --grammar F` / `--json-schema F`: the grammar's cost per generated token, without the
+/// model's forward: from the grammar's start, each step computes the token mask over the whole
+/// vocabulary (Engine::mask_by_grammar's work) and advances by one allowed token drawn uniformly
+/// (SplitMix64(seed)); the walk restarts when the grammar is done or no token fits. n_gen steps,
+/// each timed with steady_clock; prints tokens, vocabulary, mean / median / max microseconds.
+void grammar_bench(const BenchArgs& a) {
+  const auto g = load_grammar(a.grammar_file, a.json_schema);
+  runtime::LoadOptions lo = a.load;
+  lo.threads = 1;
+  auto lm = runtime::load_model(a.model, lo);
+  if (!lm.tokenizer) fail(ErrorKind::Unsupported, "{}: bench --grammar needs the model's tokenizer", a.model);
+  const Tokenizer& t = *lm.tokenizer;
+  std::vector<std::string> bytes(t.vocab_size());
+  std::vector<bool> usable(bytes.size());
+  for (uint32_t id = 0; id < bytes.size(); ++id)
+    if ((usable[id] = !t.is_special(id))) bytes[id] = t.token_bytes(id);
+  const runtime::TokenMasker masker(bytes, usable);
+  runtime::SplitMix64 rng(a.seed);
+  std::vector<double> us;
+  std::vector<uint8_t> allow;
+  std::vector<uint32_t> ids;
+  std::optional<runtime::GrammarState> st(std::in_place, g);
+  size_t restarts = 0;
+  while (us.size() < std::max<size_t>(a.n_gen, 1)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t n = masker.allowed(*st, allow);
+    ids.clear();
+    for (uint32_t id = 0; id < allow.size(); ++id)
+      if (allow[id]) ids.push_back(id);
+    uint32_t pick = 0;
+    if (n > 0) {
+      pick = ids[static_cast<size_t>(rng.next() % ids.size())];
+      st->accept(masker.bytes(pick));
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (n == 0 || st->done()) {
+      st.emplace(g);
+      ++restarts;
+    }
+  }
+  std::vector<double> sorted = us;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0;
+  for (double x : us) sum += x;
+  std::printf(
+      "grammar overhead: %zu tokens, vocabulary %zu, mask+advance per token: mean %.1f us, median %.1f us, "
+      "max %.1f us (%zu restarts)\n",
+      us.size(), bytes.size(), sum / static_cast<double>(us.size()), sorted[sorted.size() / 2], sorted.back(),
+      restarts);
+}
 
 /// "1,2,4" → {1, 2, 4}: every entry a decimal count. Throws Error(InvalidArgument) naming `flag` for
 /// an empty entry or one that is not a number.
@@ -50,6 +106,7 @@ std::vector<size_t> count_list(const std::string& list, const char* flag) {
 }
 
 void bench_cmd(const BenchArgs& a) {
+  if (!a.grammar_file.empty() || !a.json_schema.empty()) return grammar_bench(a);
   runtime::bench::BenchOptions o;
   o.n_prompt = a.n_prompt;
   o.n_gen = a.n_gen;
@@ -133,6 +190,9 @@ void setup(CLI::App& root) {
   add_load_flags(c, a->load, kLoadExact | kLoadNoMmap);
   add_gguf_flag(c, a->load);
   c->add_flag("--progress", a->progress, "print progress lines to stderr");
+  c->add_option("--grammar", a->grammar_file,
+                "instead of throughput: the per-token cost of this GBNF grammar's token mask (-n tokens)");
+  c->add_option("--json-schema", a->json_schema, "as --grammar, for a JSON Schema file");
   c->callback([a] { bench_cmd(*a); });
 }
 

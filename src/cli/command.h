@@ -5,11 +5,13 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace cortiq::runtime {
 struct LoadOptions;
+class Grammar;
 }  // namespace cortiq::runtime
 
 namespace cortiq::cli {
@@ -43,6 +45,13 @@ void refuse_overwriting_input(const std::string& input, const std::string& outpu
 /// The bytes of input file `path` (cortiq::read_file: Error(Io) naming a missing file or a folder);
 /// "-" reads standard input to its end (template --messages, tokenize -f).
 std::string read_input(const std::string& path);
+
+/// The output constraint of `--grammar-file F` (GBNF) or `--json-schema F` (a JSON Schema file):
+/// null when both are empty. Throws Error(InvalidArgument) when both are given, Error(Io) for an
+/// unreadable file, Error(Parse) / Error(Unsupported) from the grammar or schema, the message
+/// prefixed with the file's path.
+std::shared_ptr<const runtime::Grammar> load_grammar(const std::string& grammar_file,
+                                                     const std::string& schema_file);
 
 /// The model-loading flags shared by the commands that call runtime::load_model (run, ppl, serve,
 /// bench); a bit set for add_load_flags.

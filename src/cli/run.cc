@@ -44,6 +44,7 @@ struct RunArgs {
   int top_k = 40;
   std::string seed = "-1";  ///< checked by seed_value(); -1 = random (llama-cli)
   std::vector<std::string> stop;
+  std::string grammar_file, json_schema;
   CLI::Option* prompt_opt = nullptr;
   CLI::Option* file_opt = nullptr;
 };
@@ -263,6 +264,7 @@ void run_cmd(const RunArgs& a) {
   runtime::GenerateParams gp;
   gp.max_tokens = a.n < 0 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(a.n);
   gp.stop_strings = a.stop;
+  gp.grammar = load_grammar(a.grammar_file, a.json_schema);
   if (a.greedy) {
     gp.sampler = runtime::SamplerParams::greedy();
   } else {
@@ -507,6 +509,10 @@ void setup(CLI::App& root) {
       "last 32 tokens, with hysteresis (activate below E 0.62, leave above 0.74 or for a rival better by "
       "0.03; CMF_ROUTE_EON/EOFF/MARGIN/PERIOD); switches are printed on stderr");
   c->add_option("--stop", a->stop, "stop string (repeatable)")->allow_extra_args(false);
+  c->add_option("--grammar-file", a->grammar_file,
+                "constrain the output to this GBNF grammar (llama.cpp syntax)");
+  c->add_option("--json-schema", a->json_schema,
+                "constrain the output to JSON valid under this JSON Schema file");
   c->callback([a] { run_cmd(*a); });
 }
 

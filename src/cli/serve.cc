@@ -64,9 +64,14 @@ void setup(CLI::App& root) {
                             server::kShutdownSlackS))
       ->check(CLI::Range(0.0, 3600.0).description(""))
       ->type_name("SECONDS");
-  c->callback([o] {
+  auto grammar_file = std::make_shared<std::string>();
+  c->add_option("--grammar-file", *grammar_file,
+                "GBNF grammar (llama.cpp syntax) constraining every request that sets no grammar or "
+                "JSON response_format");
+  c->callback([o, grammar_file] {
     server::ServerOptions opt = *o;
     opt.model_path = resolve_model_path(opt.model_path, o->load);
+    opt.grammar = load_grammar(*grammar_file, "");
     if (opt.api_key.empty())
       if (const char* k = std::getenv("CORTIQ_API_KEY")) opt.api_key = k;
     server::run_server(opt);

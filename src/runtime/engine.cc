@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <unordered_map>
 
 #include "tokenizer/output_protocol.h"
@@ -41,6 +42,8 @@ struct Engine::Slot {
   std::vector<float> logits;
   std::shared_ptr<Job> job;
   std::optional<Sampler> sampler;
+  std::optional<GrammarState> grammar;  // the job's grammar after the tokens generated so far
+  std::vector<uint8_t> allow;           // [vocab] this step's grammar mask
   std::optional<IncrementalDecoder> dec;
   std::shared_ptr<const model::Variant> variant;  // the job's task mask, compiled
   std::vector<uint32_t> seen;                     // prompt + generated
@@ -252,6 +255,24 @@ void Engine::run_step(std::span<Slot* const> active, std::span<StepItem> items) 
   }
 }
 
+void Engine::mask_by_grammar(Slot& s, std::span<float> logits) {
+  const Job& job = *s.job;
+  size_t n = masker_->allowed(*s.grammar, s.allow);
+  s.allow.resize(logits.size(), 0);
+  for (uint32_t id : job.keep_special)
+    if (id < s.allow.size() && !s.allow[id]) {
+      GrammarState t = *s.grammar;
+      if (t.accept(lm_.tokenizer->id_to_token(id))) s.allow[id] = 1, ++n;
+    }
+  if (!job.ignore_eos && s.grammar->can_end())
+    for (uint32_t id : lm_.eos_ids)
+      if (id < s.allow.size() && !s.allow[id]) s.allow[id] = 1, ++n;
+  if (n == 0)
+    fail(ErrorKind::InvalidArgument, "grammar: no token of the vocabulary continues the output here");
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!s.allow[i]) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
 void Engine::advance(Slot& slot, const StepItem& item) {
   Slot* s = &slot;
   Job& job = *s->job;
@@ -294,6 +315,7 @@ void Engine::advance(Slot& slot, const StepItem& item) {
     for (const auto& [id, n] : s->counts)
       logits[id] -= job.frequency_penalty * static_cast<float>(n) + job.presence_penalty;
   for (const auto& [id, bias] : job.logit_bias) logits[id] += bias;
+  if (s->grammar) mask_by_grammar(*s, logits);
   std::optional<TokenLogprob> lp;
   const uint32_t next = [&] {
     if (job.top_logprobs < 0) return s->sampler->sample(logits, s->seen);
@@ -309,9 +331,18 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   s->last = next;
   const bool is_eos =
       !job.ignore_eos && std::find(lm_.eos_ids.begin(), lm_.eos_ids.end(), next) != lm_.eos_ids.end();
+  bool grammar_done = false;
+  if (s->grammar && !is_eos) {
+    const bool kept =
+        std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end();
+    if (!s->grammar->accept(kept ? lm_.tokenizer->id_to_token(next) : masker_->bytes(next)))
+      fail(ErrorKind::InvalidArgument, "grammar: sampled token {} is outside the grammar", next);
+    grammar_done = s->grammar->done();
+  }
   // The sequence ends here unless a stop string ends it first; an ending sequence flushes what the
   // decoder holds back (a byte run the end-of-turn token closes, an incomplete character).
-  const bool ending = is_eos || s->generated >= job.max_tokens || s->kv.size() >= s->kv.capacity();
+  const bool ending =
+      is_eos || grammar_done || s->generated >= job.max_tokens || s->kv.size() >= s->kv.capacity();
   size_t text_begin = s->full.size();
   if (s->dec && !is_eos) {
     if (std::find(job.keep_special.begin(), job.keep_special.end(), next) != job.keep_special.end()) {
@@ -329,7 +360,7 @@ void Engine::advance(Slot& slot, const StepItem& item) {
   // logprobs tokens joined give the content). The logprob is recorded between the decode and
   // the stop-string cut below, which drops it again when its token wrote only stop text.
   if (lp && !is_eos) s->pending_lp.push_back({std::move(*lp), text_begin, s->full.size()});
-  std::string reason = is_eos ? "stop" : ending ? "length" : "";
+  std::string reason = is_eos || grammar_done ? "stop" : ending ? "length" : "";
   if (s->dec) {
     size_t cut = std::string::npos;
     for (const auto& st : job.stop) cut = std::min(cut, s->full.find(st));
@@ -491,6 +522,22 @@ std::shared_ptr<const model::Variant> Engine::variant_for(const cmf::TaskMask* m
 void Engine::start_slot(Slot& x) {
   x.variant = variant_for(x.job->mask, x.skill);
   x.sampler.emplace(x.job->sampler);
+  x.grammar.reset();
+  if (x.job->grammar) {
+    if (!lm_.tokenizer)
+      fail(ErrorKind::Unsupported, "a grammar needs the model's tokenizer (this file has none)");
+    if (!masker_) {
+      const Tokenizer& t = *lm_.tokenizer;
+      std::vector<std::string> bytes(t.vocab_size());
+      std::vector<bool> usable(bytes.size());
+      for (uint32_t id = 0; id < bytes.size(); ++id) {
+        usable[id] = !t.is_special(id);
+        if (usable[id]) bytes[id] = t.token_bytes(id);
+      }
+      masker_ = std::make_unique<TokenMasker>(bytes, usable);
+    }
+    x.grammar.emplace(x.job->grammar);
+  }
   // No text wanted (no on_text, no stop strings: bench, perplexity): no detokenization either.
   if (lm_.tokenizer && (x.job->on_text || !x.job->stop.empty())) {
     x.dec.emplace(*lm_.tokenizer, true);

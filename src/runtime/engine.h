@@ -33,6 +33,7 @@
 
 #include "cmf/masks.h"
 #include "model/model.h"
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
@@ -149,6 +150,12 @@ struct Job {
   std::function<std::shared_ptr<const SkillBinding>(std::span<const uint32_t> seen)> reroute;
   /// Special tokens whose text is kept in the output (tool-call markers such as [TOOL_CALLS]).
   std::vector<uint32_t> keep_special;
+  /// Constrains the output to this grammar (runtime/grammar.h): before each draw every token whose
+  /// bytes (Tokenizer::token_bytes; a keep_special token's vocabulary text) no live parse accepts
+  /// gets −inf, and an end-of-turn id stays allowed only where the grammar can end; the sequence
+  /// stops ("stop") once the grammar can take nothing more. No allowed token at all ends the job
+  /// with "error". Needs a tokenizer.
+  std::shared_ptr<const Grammar> grammar;
 
   /// Text that became final (never part of a stop string, UTF-8 complete), with the logprobs of the
   /// tokens whose text it completes: a token's logprob waits with its text while that text may
@@ -229,6 +236,8 @@ class Engine {
   /// After a successful forward: samples, detokenizes, applies stop rules and calls the job's
   /// callbacks; may throw (run_step ends the sequence then).
   void advance(Slot& s, const StepItem& item);
+  /// Sets the logits of the tokens s's grammar refuses to −inf (Job::grammar); throws when none is left.
+  void mask_by_grammar(Slot& s, std::span<float> logits);
   /// Ends a sequence with "error": its cache is dropped (a failed step leaves it unknown);
   /// `cause` (optional) is kept in Job::failure.
   void fail_slot(Slot& s, const std::string& error, std::exception_ptr cause = nullptr);
@@ -249,6 +258,8 @@ class Engine {
       variants_;
   std::vector<std::shared_ptr<const SkillBinding>> variant_skills_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  /// The vocabulary's byte trie for grammar jobs, built by the first one (engine thread only).
+  std::unique_ptr<TokenMasker> masker_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> waiting_;

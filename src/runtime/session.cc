@@ -213,6 +213,7 @@ GenerateResult Session::generate(const std::vector<uint32_t>& prompt, const Gene
   job->keep_special = gp.keep_special;
   job->skill = gp.skill;
   job->reroute = gp.reroute;
+  job->grammar = gp.grammar;
   job->use_cache = !fresh_;
   fresh_ = false;
   auto out = std::make_shared<Outcome>();

@@ -14,6 +14,7 @@
 #include "cmf/reader.h"
 #include "model/cmf_source.h"
 #include "model/model.h"
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/skills.h"
 #include "tokenizer/chat_template.h"
@@ -131,6 +132,8 @@ struct GenerateParams {
   /// the dynamic router that may switch it between steps (Job::reroute; specialize/dynamic_route.h).
   std::shared_ptr<const SkillBinding> skill;
   std::function<std::shared_ptr<const SkillBinding>(std::span<const uint32_t> seen)> reroute;
+  /// Constrains the output (Job::grammar); null = free text.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 class Engine;

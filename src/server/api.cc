@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cmf/hash.h"
+#include "runtime/json_schema.h"
 #include "util/error.h"
 #include "util/utf8.h"
 
@@ -96,6 +97,44 @@ std::optional<std::string> get_string(const ojson& b, const char* key) {
   return it->get<std::string>();
 }
 
+/// `grammar` (GBNF) and `response_format` → s.grammar; an invalid grammar or schema, or a schema
+/// feature we do not implement, is a 400 naming the field and what is wrong (with its position).
+void parse_constraint(const ojson& b, SamplingOptions& s) {
+  const auto compile = [](const std::string& gbnf, const char* param) {
+    try {
+      return runtime::Grammar::parse(gbnf);
+    } catch (const Error& e) {
+      bad(param, std::string(param) + ": " + e.message());
+    }
+  };
+  if (auto g = get_string(b, "grammar")) s.grammar = compile(*g, "grammar");
+  auto it = b.find("response_format");
+  if (it == b.end() || it->is_null()) return;
+  if (!it->is_object()) wrong_type("response_format", "an object", *it);
+  const std::string t = get_string(*it, "type").value_or("text");
+  if (t == "text") return;
+  if (s.grammar) bad("response_format", "'grammar' and a response_format other than text exclude each other");
+  if (t == "json_object") {
+    s.grammar = compile(runtime::json_object_gbnf(), "response_format");
+  } else if (t == "json_schema") {
+    auto js = it->find("json_schema");
+    if (js == it->end() || !js->is_object())
+      bad("response_format", "response_format json_schema needs a 'json_schema' object");
+    auto sc = js->find("schema");
+    if (sc == js->end()) bad("response_format", "response_format.json_schema needs a 'schema'");
+    std::string gbnf;
+    try {
+      gbnf = runtime::json_schema_gbnf(*sc);
+    } catch (const Error& e) {
+      bad("response_format", "response_format.json_schema.schema: " + e.message());
+    }
+    s.grammar = compile(gbnf, "response_format");
+  } else {
+    bad("response_format",
+        "response_format type '" + t + "' is not supported (\"text\", \"json_object\" or \"json_schema\")");
+  }
+}
+
 void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
   if (auto v = get_number(b, "temperature", 0.0, 2.0)) s.sampler.temperature = static_cast<float>(*v);
   if (auto v = get_number(b, "top_p", 0.0, 1.0)) s.sampler.top_p = static_cast<float>(*v);
@@ -152,12 +191,7 @@ void parse_sampling(const ojson& b, SamplingOptions& s, bool chat) {
     }
   }
   if (auto v = get_int(b, "n", 1, 1 << 20); v && *v != 1) bad("n", "only n = 1 is supported");
-  if (auto it = b.find("response_format"); it != b.end() && !it->is_null()) {
-    if (!it->is_object()) wrong_type("response_format", "an object", *it);
-    auto t = get_string(*it, "type");
-    if (t && *t != "text")
-      bad("response_format", "response_format type '" + *t + "' is not supported (only \"text\")");
-  }
+  parse_constraint(b, s);
   if (auto it = b.find("stream_options"); it != b.end() && !it->is_null() && !it->is_object())
     wrong_type("stream_options", "an object", *it);
 }

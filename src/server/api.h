@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/grammar.h"
 #include "runtime/sampler.h"
 #include "tokenizer/output_protocol.h"
 
@@ -73,6 +74,9 @@ struct SamplingOptions {
   /// OpenAI `logit_bias`: token id → bias in [-100, 100] added to its logit before sampling (ids are
   /// checked against the vocabulary by the server).
   std::vector<std::pair<uint32_t, float>> logit_bias;
+  /// The output constraint: llama.cpp's `grammar` (GBNF) or `response_format` json_object /
+  /// json_schema, compiled (runtime/grammar.h, runtime/json_schema.h); null = unconstrained.
+  std::shared_ptr<const runtime::Grammar> grammar;
 };
 
 /// A parsed POST /v1/chat/completions body.

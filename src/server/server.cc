@@ -23,6 +23,7 @@
 #include "cmf/format.h"
 #include "model/cmf_source.h"
 #include "runtime/engine.h"
+#include "runtime/json_schema.h"
 #include "server/api.h"
 #include "server/connection.h"
 #include "server/embeddings.h"
@@ -638,6 +639,18 @@ class Service {
     // and the generated text is parsed with it in front.
     const std::string forced =
         forced_tool_prefix(r.tool_choice, tools, tool_format_, mistral_args_, mistral_space_);
+    if (!forced.empty()) {  // the call is constrained to the function's parameters schema
+      if (r.sampling.grammar)
+        throw ApiError(400,
+                       "tool_choice 'required' or a function excludes 'grammar' and a JSON response_format",
+                       "invalid_request_error", "tool_choice");
+      try {
+        r.sampling.grammar = runtime::Grammar::parse(
+            runtime::tool_call_gbnf(r.tools, r.tool_choice, static_cast<int>(tool_format_), mistral_args_));
+      } catch (const Error& e) {
+        throw ApiError(400, "tools: " + e.message(), "invalid_request_error", "tools");
+      }
+    }
     const int fd = client_fd(req);
     const std::string prompt = render(r, fd) + forced;
     // a generation prompt ending in <think> (DeepSeek-R1, QwQ) starts the answer inside the block
@@ -1181,6 +1194,7 @@ class Service {
     job->stop = s.stop;
     job->top_logprobs = s.logprobs ? s.top_logprobs : -1;
     job->keep_special = keep_special_;
+    job->grammar = s.grammar ? s.grammar : opt_.grammar;
     return job;
   }
 

@@ -55,6 +55,9 @@ struct ServerOptions {
   /// (server/shutdown.h). The process exits at most shutdown_grace_s + kShutdownSlackS after the
   /// signal; a second signal cancels at once.
   double shutdown_grace_s = 5.0;
+  /// `--grammar-file`: the output constraint of every request that sets neither `grammar` nor a
+  /// JSON `response_format` (null = free text).
+  std::shared_ptr<const runtime::Grammar> grammar;
 };
 
 /// Seconds a stop may take beyond the grace period: the cancel window, the cut window and the
