@@ -47,7 +47,7 @@ extern "C" {
 #define CORTIQ_API
 #endif
 
-#define CORTIQ_API_VERSION 1
+#define CORTIQ_API_VERSION 2
 
 /** Status codes (0 = success, negative = failure). */
 typedef enum cortiq_status {
@@ -237,11 +237,20 @@ typedef enum cortiq_pooling {
   CORTIQ_POOL_LAST = 1  /**< the last position */
 } cortiq_pooling;
 
-/** Embedding of a prompt [n ids]: the final hidden state (the residual stream after the last
- *  decoder layer, BEFORE the final norm), pooled, [n_embd] floats into `out` (`cap` floats). Runs
- *  under the context's skill (dense: no task mask). Not normalized. */
+/** Embedding of a prompt [n ids, n >= 1]: the final hidden state AFTER the final norm (what the
+ *  lm_head reads; HF's `last_hidden_state` for Llama-type models), pooled over the positions
+ *  (CORTIQ_POOL_MEAN: mean over every position, a BOS in `prompt` included; CORTIQ_POOL_LAST: the
+ *  last position's), L2-normalized to unit length: [n_embd] floats into `out` (`cap` floats;
+ *  CORTIQ_ERR_BUFFER when smaller). The same vector `cortiq serve` returns from POST /v1/embeddings
+ *  for these ids. Runs under the context's skill (dense: no task mask). Equals
+ *  cortiq_embed_ex(c, prompt, n, pool, 1, out, cap). */
 CORTIQ_API cortiq_status cortiq_embed(cortiq_context* c, const int32_t* prompt, size_t n, cortiq_pooling pool,
                                       float* out, size_t cap);
+/** cortiq_embed with a choice: `normalize` nonzero divides the pooled vector by its L2 length (a
+ *  zero or non-finite vector is then an error), zero returns the pooled post-norm state as is.
+ *  (API version 2.) */
+CORTIQ_API cortiq_status cortiq_embed_ex(cortiq_context* c, const int32_t* prompt, size_t n,
+                                         cortiq_pooling pool, int normalize, float* out, size_t cap);
 
 /** Perplexity of `text` [len bytes] (`cortiq ppl --mode prefix`): the text encoded as a raw prompt,
  *  its first min(tokens, n_ctx − 1) ids scored as one sequence, PPL = exp(mean NLL of ids[t+1] given

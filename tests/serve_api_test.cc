@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include "cortiq.h"
+#include "runtime/embeddings.h"
 #include "runtime/engine.h"
 #include "runtime/json_schema.h"
 #include "runtime/session.h"
@@ -1019,6 +1021,27 @@ TEST_F(ServeE2E, EmbeddingsPropsAndMetrics) {
     float f;
     std::memcpy(&f, bytes.data() + 4 * i, 4);
     EXPECT_EQ(f, mean_a[i].get<float>()) << i;
+  }
+  // one definition (runtime/embeddings.h): the runtime function and the C API give the server's vector
+  {
+    const auto rt = cortiq::runtime::embed_sequence(*lm.model, ids_a, cortiq::runtime::Pooling::Mean, true);
+    cortiq_model_params mp = cortiq_model_params_default();
+    mp.threads = 1;
+    cortiq_model* cm = nullptr;
+    cortiq_context* cc = nullptr;
+    ASSERT_EQ(cortiq_model_open(model_.c_str(), &mp, &cm), CORTIQ_OK) << cortiq_last_error();
+    ASSERT_EQ(cortiq_context_new(cm, &cc), CORTIQ_OK) << cortiq_last_error();
+    const std::vector<int32_t> p(ids_a.begin(), ids_a.end());
+    std::vector<float> ce(hd);
+    EXPECT_EQ(cortiq_embed(cc, p.data(), p.size(), CORTIQ_POOL_MEAN, ce.data(), hd), CORTIQ_OK)
+        << cortiq_last_error();
+    cortiq_context_free(cc);
+    cortiq_model_close(cm);
+    ASSERT_EQ(rt.size(), hd);
+    for (size_t i = 0; i < hd; ++i) {
+      EXPECT_NEAR(rt[i], mean_a[i].get<double>(), 1e-6) << i;
+      EXPECT_NEAR(ce[i], mean_a[i].get<double>(), 1e-6) << i;
+    }
   }
   for (const char* bad : {R"({"input":""})", R"({"input":[]})", R"({"input":[1,"a"]})", R"({"input":3})",
                           R"({"input":"a","pooling":"max"})", R"({"input":"a","encoding_format":"int8"})",

@@ -85,6 +85,7 @@ def library():
         "cortiq_stream_free": (I, [P, ctypes.POINTER(_GenerateResult)]),
         "cortiq_logits": (I, [P, I32P, S, I, ctypes.POINTER(F), S]),
         "cortiq_embed": (I, [P, I32P, S, I, ctypes.POINTER(F), S]),
+        "cortiq_embed_ex": (I, [P, I32P, S, I, I, ctypes.POINTER(F), S]),
         "cortiq_perplexity": (I, [P, CP, S, ctypes.POINTER(D), ctypes.POINTER(S)]),
     }
     for name, (res, args) in sig.items():
@@ -250,15 +251,18 @@ class Model:
         flat = list(out)
         return [flat[r * V:(r + 1) * V] for r in range(rows)] if all_positions else flat
 
-    def embed(self, prompt, pooling="mean"):
-        """The final hidden state (before the final norm) of a prompt, mean-pooled or the last
-        position's ("last"): a list of n_embd floats."""
+    def embed(self, prompt, pooling="mean", normalize=True):
+        """The final hidden state after the final norm (HF's last_hidden_state) of a prompt,
+        mean-pooled or the last position's ("last"), L2-normalized unless normalize=False: a list
+        of n_embd floats (what `cortiq serve` returns from /v1/embeddings)."""
+        if pooling not in ("mean", "last"):
+            raise ValueError("pooling must be 'mean' or 'last'")
         lib = library()
         ids = self.tokenize(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
         d = lib.cortiq_model_n_embd(self._m)
         out = (ctypes.c_float * d)()
         arr, n = _ids(ids)
-        _check(lib.cortiq_embed(self._c, arr, n, 0 if pooling == "mean" else 1, out, d))
+        _check(lib.cortiq_embed_ex(self._c, arr, n, 0 if pooling == "mean" else 1, int(bool(normalize)), out, d))
         return list(out)
 
     def ppl(self, text):

@@ -80,6 +80,19 @@ class BindingTest(unittest.TestCase):
         first = "".join(self.m.generate(ids, max_tokens=1, greedy=True))
         self.assertEqual(self.m.detokenize(ids + [best])[len(self.m.detokenize(ids)):], first)
 
+    def test_embed_is_the_normalized_post_norm_state(self):
+        ids = self.m.tokenize("Once upon a time", "prompt")
+        raw = self.m.embed(ids, normalize=False)
+        unit = self.m.embed(ids)
+        n = sum(x * x for x in raw) ** 0.5
+        self.assertGreater(n, 1e-3)
+        self.assertAlmostEqual(sum(x * x for x in unit), 1.0, places=5)
+        self.assertLess(max(abs(u - r / n) for u, r in zip(unit, raw)), 1e-6)
+        # causal: the mean of the normed states is the mean of each prefix's last normed state
+        prefixes = [self.m.embed(ids[:k], "last", normalize=False) for k in range(1, len(ids) + 1)]
+        mean = [sum(col) / len(ids) for col in zip(*prefixes)]
+        self.assertLess(max(abs(a - b) for a, b in zip(mean, raw)), 1e-4)
+
     def test_errors_are_exceptions(self):
         with self.assertRaises(cortiq.CortiqError) as e:
             cortiq.Model(os.path.join(FIX, "missing.cmf"))

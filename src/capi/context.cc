@@ -7,6 +7,7 @@
 
 #include "capi/handles.h"
 #include "model/kv_cache.h"
+#include "runtime/embeddings.h"
 #include "runtime/perplexity.h"
 #include "util/error.h"
 
@@ -340,8 +341,8 @@ cortiq_status cortiq_logits(cortiq_context* c, const int32_t* prompt, size_t n, 
   });
 }
 
-cortiq_status cortiq_embed(cortiq_context* c, const int32_t* prompt, size_t n, cortiq_pooling pool,
-                           float* out, size_t cap) {
+cortiq_status cortiq_embed_ex(cortiq_context* c, const int32_t* prompt, size_t n, cortiq_pooling pool,
+                              int normalize, float* out, size_t cap) {
   CORTIQ_CHECK_HANDLE(c, "cortiq_context");
   return guarded([&] {
     need(out, "out");
@@ -358,24 +359,17 @@ cortiq_status cortiq_embed(cortiq_context* c, const int32_t* prompt, size_t n, c
     // engine's model runs on the engine thread, so this one never races with it.
     if (!c->embed_model)
       c->embed_model = model::Model::create(c->skill ? c->skill->weights : lm.backbone, lm.model_options);
-    model::KvCache kv(c->embed_model->arch(), n, false);
-    std::vector<float> logits(c->embed_model->vocab_size());
-    std::vector<double> acc(hidden, 0.0);
-    model::Taps taps;
-    taps.final_hidden = [&](std::span<const float> h, size_t rows) {
-      if (pool == CORTIQ_POOL_LAST) {
-        for (size_t k = 0; k < hidden; ++k) acc[k] = h[(rows - 1) * hidden + k];
-        return;
-      }
-      for (size_t r = 0; r < rows; ++r)
-        for (size_t k = 0; k < hidden; ++k) acc[k] += h[r * hidden + k];
-      for (auto& x : acc) x /= static_cast<double>(rows);
-    };
-    const model::SeqStep step{ids, &kv, logits, false, nullptr, nullptr};
-    c->embed_model->forward_batch(std::span<const model::SeqStep>(&step, 1), &taps);
-    for (size_t k = 0; k < hidden; ++k) out[k] = static_cast<float>(acc[k]);
+    const std::vector<float> v = runtime::embed_sequence(
+        *c->embed_model, ids, pool == CORTIQ_POOL_LAST ? runtime::Pooling::Last : runtime::Pooling::Mean,
+        normalize != 0);
+    std::copy(v.begin(), v.end(), out);
     return CORTIQ_OK;
   });
+}
+
+cortiq_status cortiq_embed(cortiq_context* c, const int32_t* prompt, size_t n, cortiq_pooling pool,
+                           float* out, size_t cap) {
+  return cortiq_embed_ex(c, prompt, n, pool, 1, out, cap);
 }
 
 cortiq_status cortiq_perplexity(cortiq_context* c, const char* text, size_t len, double* ppl,

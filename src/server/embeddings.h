@@ -7,11 +7,10 @@
 //            pooling (extension): "mean" (default) or "last".
 //   response {object:"list", data:[{object:"embedding", index, embedding}], model,
 //             usage:{prompt_tokens, total_tokens}}
-// The vector is the model's final hidden state after the final norm (what the lm_head reads,
-// HF's last_hidden_state), [hidden_size] per token: "mean" averages it over every token of the
-// input (a BOS the model adds included), "last" takes the last token's (the choice for causal
-// models trained for it); the result is L2-normalized (unit length). Strings are tokenized as a
-// raw completion prompt is (BOS when the model adds one).
+// The vector is runtime::embed_sequence (runtime/embeddings.h, the definition shared with the C
+// API's cortiq_embed) with normalize = true: the final hidden state after the final norm (HF's
+// last_hidden_state), mean- or last-pooled, L2-normalized. Strings are tokenized as a raw
+// completion prompt is (BOS when the model adds one).
 #pragma once
 
 #include <cstdint>
@@ -20,12 +19,13 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/embeddings.h"
 #include "server/api.h"
 
 namespace cortiq::server {
 
-/// How one input's per-token hidden states become one vector.
-enum class Pooling { Mean, Last };
+/// How one input's per-token hidden states become one vector (runtime/embeddings.h).
+using Pooling = runtime::Pooling;
 
 /// A parsed /v1/embeddings request: each input either text or token ids.
 struct EmbeddingRequest {
@@ -45,17 +45,6 @@ struct EmbeddingRequest {
 /// (empty string, empty array, non-integer or negative ids), an unknown encoding_format or
 /// pooling, a non-positive `dimensions`.
 EmbeddingRequest parse_embedding_request(const ojson& body);
-
-/// Why `m` has no hidden state this endpoint can use ("" when it has one): a missing or
-/// mis-sized final norm.
-std::string embedding_unusable(const model::Model& m);
-
-/// The pooled, L2-normalized final hidden state of `tokens` (non-empty, fewer than `ctx`) through
-/// `m` under `variant` (nullptr = dense): [hidden_size]. Runs one prefill into a fresh KV cache of
-/// tokens.size() positions. Throws ApiError(400) when the state is not finite or has zero length
-/// (it cannot be normalized); model errors (cortiq::Error) pass through.
-std::vector<float> embed_tokens(model::Model& m, std::span<const uint32_t> tokens, Pooling pooling,
-                                const model::Variant* variant = nullptr);
 
 /// `v` as base64 of its little-endian float32 bytes (OpenAI's encoding_format "base64").
 std::string floats_base64(std::span<const float> v);

@@ -533,7 +533,7 @@ class Service {
   /// the engine's weights (one request at a time), not in the engine's slots.
   void embeddings(const httplib::Request& req, httplib::Response& res) {
     const EmbeddingRequest r = parse_embedding_request(parse_body(req));
-    if (const std::string why = embedding_unusable(*lm_.model); !why.empty())
+    if (const std::string why = runtime::embedding_unusable(*lm_.model); !why.empty())
       throw ApiError(400, "this model has no usable hidden state for embeddings: " + why,
                      "invalid_request_error", "model", "embeddings_unsupported");
     const size_t hd = lm_.model->arch().hidden_size;
@@ -563,7 +563,13 @@ class Service {
       std::lock_guard<std::mutex> g(embed_mu_);
       if (!embedder_) embedder_ = model::Model::create(lm_.model->weights(), lm_.model_options);
       for (size_t i = 0; i < toks.size(); ++i) {
-        const auto v = embed_tokens(*embedder_, toks[i], r.pooling, lm_.variant.get());
+        std::vector<float> v;
+        try {
+          v = runtime::embed_sequence(*embedder_, toks[i], r.pooling, true, lm_.variant.get());
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::NonFinite) throw;
+          throw ApiError(400, e.what(), "invalid_request_error", "input");
+        }
         n += toks[i].size();
         data.push_back({{"object", "embedding"},
                         {"index", i},
@@ -621,7 +627,7 @@ class Service {
                {"tasks", std::move(tasks)},
                {"skills", std::move(skills)},
                {"api_key_required", !opt_.api_key.empty()},
-               {"embeddings", embedding_unusable(*lm_.model).empty()},
+               {"embeddings", runtime::embedding_unusable(*lm_.model).empty()},
                {"build_info", build_info()},
                {"modalities", {{"vision", false}, {"audio", false}}}});
   }

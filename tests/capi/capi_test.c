@@ -243,14 +243,15 @@ int main(int argc, char** argv) {
   free(last);
   free(all);
 
-  /* Embeddings: causal, so the mean over the prompt is the mean of each prefix's last state. */
+  /* Embeddings (post-norm): causal, so the mean over the prompt of the normed states is the mean of
+     each prefix's last normed state (unnormalized), and cortiq_embed is that vector at unit length. */
   const size_t d = cortiq_model_n_embd(m);
   float* mean = calloc(d, sizeof(float));
   float* acc = calloc(d, sizeof(float));
   float* e = calloc(d, sizeof(float));
-  CHECK(cortiq_embed(c, p, np, CORTIQ_POOL_MEAN, mean, d) == CORTIQ_OK);
+  CHECK(cortiq_embed_ex(c, p, np, CORTIQ_POOL_MEAN, 0, mean, d) == CORTIQ_OK);
   for (size_t k = 1; k <= np; ++k) {
-    CHECK(cortiq_embed(c, p, k, CORTIQ_POOL_LAST, e, d) == CORTIQ_OK);
+    CHECK(cortiq_embed_ex(c, p, k, CORTIQ_POOL_LAST, 0, e, d) == CORTIQ_OK);
     for (size_t i = 0; i < d; ++i) acc[i] += e[i] / (float)np;
   }
   double maxdiff = 0, norm = 0;
@@ -259,6 +260,15 @@ int main(int argc, char** argv) {
     norm += mean[i] * mean[i];
   }
   CHECK(maxdiff < 1e-4 && norm > 1e-3);
+  CHECK(cortiq_embed(c, p, np, CORTIQ_POOL_MEAN, e, d) == CORTIQ_OK);
+  double unit = 0;
+  maxdiff = 0;
+  for (size_t i = 0; i < d; ++i) {
+    unit += (double)e[i] * e[i];
+    maxdiff = fmax(maxdiff, fabs(e[i] - mean[i] / sqrt(norm)));
+  }
+  CHECK(fabs(unit - 1.0) < 1e-5 && maxdiff < 1e-6);
+  CHECK(cortiq_embed(c, p, np, CORTIQ_POOL_MEAN, e, d - 1) == CORTIQ_ERR_BUFFER);
   free(mean);
   free(acc);
   free(e);
