@@ -872,7 +872,7 @@ TEST_F(ConvertE2E, MoeStatsMaskAndDefragThroughTheCli) {
                 masked.string() + " --threads 1",
             &rc);
   ASSERT_EQ(rc, 0) << log;
-  EXPECT_NE(log.find("-t lily"), std::string::npos) << log;
+  EXPECT_NE(log.find("--task lily"), std::string::npos) << log;
   log = cli("moe-defrag " + masked.string() + " -f " + text.string() + " --cover 0.5 -o " + cut.string() +
                 " --threads 1",
             &rc);

@@ -220,7 +220,7 @@ void run_cmd(const RunArgs& a) {
   const std::string template_text = a.chat_template_file.empty() ? "" : read_file(a.chat_template_file);
   runtime::LoadOptions lo = a.load;
   auto load = [&](const runtime::LoadOptions& o) {
-    runtime::LoadedModel m = runtime::load_model(resolve_model_path(a.model, o), o);
+    runtime::LoadedModel m = runtime::load_model(resolve_model_path(a.model, a.load), o);  // --quant is bound to a.load
     if (!template_text.empty()) m.bundle.chat_template = template_text;
     return m;
   };

@@ -33,10 +33,10 @@ struct PplOptions {
   /// [vocab]: the sequence's index (the chunk), the position j in it (the logits predict token
   /// j+1) and the logits. Chunks run in parallel slots may interleave; positions of one chunk
   /// come in order. For `ppl --kl-divergence-base` / `--kl-divergence`.
-  std::function<void(size_t seq, size_t pos, std::span<const float> logits)> on_logits;
+  std::function<void(size_t seq, size_t pos, std::span<const float> logits)> on_logits = {};
   /// Chunked mode: called (on the engine's thread) once chunks 0..k−1 are all scored, in chunk
   /// order, with k and the running result over them — llama-perplexity's `[k]ppl` estimates.
-  std::function<void(size_t k, const PplResult& running)> on_chunk;
+  std::function<void(size_t k, const PplResult& running)> on_chunk = {};
 };
 
 /// Natural-log NLL of `target` under `logits` [vocab] (log-softmax in double). Error(NonFinite)
