@@ -584,10 +584,11 @@ TokenMasker::TokenMasker(const std::vector<std::string>& bytes, const std::vecto
 
 void TokenMasker::walk(uint32_t node, const GrammarState& st, std::vector<uint8_t>& out, size_t& n) const {
   for (const auto& [b, kid] : nodes_[node].kids) {
+    const auto byte = b;  // clang 14 cannot capture a structured binding
     // cheap refusal of an ASCII byte no stack top takes, before copying the state
-    if (st.need_ == 0 && b < 0x80 &&
+    if (st.need_ == 0 && byte < 0x80 &&
         std::none_of(st.stacks_.begin(), st.stacks_.end(),
-                     [b](const GrammarState::Stack& s) { return !s.empty() && s.back()->matches(b); }))
+                     [byte](const GrammarState::Stack& s) { return !s.empty() && s.back()->matches(byte); }))
       continue;
     GrammarState s2 = st;
     if (!s2.accept_byte(b)) continue;
