@@ -4,7 +4,6 @@
 #include "specialize/moe.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,23 +15,14 @@
 #include "runtime/session.h"
 #include "specialize/compile.h"
 #include "support/errors.h"
+#include "support/temp_dir.h"
 
 namespace cortiq::specialize {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path p;
-  TempDir() {
-    p = fs::temp_directory_path() / ("cortiq_moe_" + std::to_string(::getpid()) + "_" +
-                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& n) const { return (p / n).string(); }
-};
+using test::TempDir;
 
 /// The golden family's tiny checkpoint as an f32 CMF file (no vocab: ids only).
 std::string write_case(const TempDir& d, const std::string& fam) {

@@ -19,6 +19,7 @@
 #include "specialize/score.h"
 #include "specialize/skills.h"
 #include "support/errors.h"
+#include "support/temp_dir.h"
 #include "util/error.h"
 
 namespace cortiq::specialize {
@@ -36,18 +37,18 @@ std::string msg_of(F&& f) {
 }
 const std::string kStory = kSrc + "/../shared/data/tinystories-sample/tinystories_sample.txt";
 
-/// A fresh folder under the temp dir, removed at the end.
-struct TempDir {
-  fs::path p;
-  TempDir() {
-    p = fs::temp_directory_path() / ("cortiq_spec_" + std::to_string(::getpid()) + "_" +
-                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& n) const { return (p / n).string(); }
-};
+using test::TempDir;
+
+/// The TinyStories sample split as the compile tests split it (chunks of 32, 4 select and 4 report
+/// chunks), tokenized with the tokenizer of the CMF file `model`.
+TaskCorpus story_corpus(const std::string& model) {
+  cmf::Reader src = cmf::Reader::open(model);
+  auto tok = runtime::load_tokenizer(src, model);
+  SplitOptions so;
+  so.chunk = 32;
+  so.select_chunks = so.report_chunks = 4;
+  return load_corpus(*tok, {kStory}, so);
+}
 
 std::string convert_stories(const TempDir& d, const std::string& quant) {
   convert::ConvertOptions o;
@@ -245,12 +246,7 @@ TEST(Compile, TinyEndToEnd) {
       << "a cut reaching the target beats one short of it";
   // the report numbers are what the runtime gives on the written file
   {
-    cmf::Reader src = cmf::Reader::open(f32);
-    auto tok = runtime::load_tokenizer(src, f32);
-    SplitOptions so;
-    so.chunk = 32;
-    so.select_chunks = so.report_chunks = 4;
-    const TaskCorpus corpus = load_corpus(*tok, {kStory}, so);
+    const TaskCorpus corpus = story_corpus(f32);
     runtime::LoadOptions lo;
     lo.exact = true;
     auto lm = runtime::load_model(out, lo);
@@ -309,12 +305,7 @@ TEST(Compile, AsSkillOverlaysOnlyTheTunedTailAndRoutesItsCorpus) {
   ASSERT_NE(rs.masks()->find("stories"), nullptr);
   // the skill runs: its report score through the runtime is the contract's, and it differs from the
   // mask alone (the tuned tail is applied)
-  cmf::Reader src = cmf::Reader::open(f32);
-  auto tok = runtime::load_tokenizer(src, f32);
-  SplitOptions so;
-  so.chunk = 32;
-  so.select_chunks = so.report_chunks = 4;
-  const TaskCorpus corpus = load_corpus(*tok, {kStory}, so);
+  const TaskCorpus corpus = story_corpus(f32);
   runtime::LoadOptions lo;
   lo.exact = true;
   lo.skill = "stories";
