@@ -80,6 +80,7 @@ CORTIQ_API void cortiq_string_free(char* s);
 /** Opens and validates a .cmf file (strict open-time checks; tensor hashes are not read). A shard
  *  name `stem-00001-of-00003.cmf` opens the whole set. */
 CORTIQ_API cortiq_status cortiq_file_open(const char* path, cortiq_file** out);
+/** Closes a file handle; NULL or an already closed handle is ignored. */
 CORTIQ_API void cortiq_file_close(cortiq_file* f);
 /** Number of files: 1, or the shard count of a set. 0 for a bad handle. */
 CORTIQ_API size_t cortiq_file_num_files(const cortiq_file* f);
@@ -106,6 +107,7 @@ typedef struct cortiq_model_params {
   int check_tensors;  /**< nonzero: verify every tensor hash before loading */
 } cortiq_model_params;
 
+/** The defaults: `struct_size` set, one engine slot (`n_parallel` 1), every other field 0. */
 CORTIQ_API cortiq_model_params cortiq_model_params_default(void);
 /** Loads a .cmf (or shard set) for inference. `params` may be NULL (defaults). */
 CORTIQ_API cortiq_status cortiq_model_open(const char* path, const cortiq_model_params* params,
@@ -155,6 +157,7 @@ CORTIQ_API cortiq_status cortiq_chat_render(const cortiq_model* m, const cortiq_
 /** Makes a context: one sequence over `m` with its own task mask and skill (initially the
  *  model's defaults: the catalog's fallback task, the backbone). */
 CORTIQ_API cortiq_status cortiq_context_new(cortiq_model* m, cortiq_context** out);
+/** Frees a context (and its open stream, if any); NULL or an already freed handle is ignored. */
 CORTIQ_API void cortiq_context_free(cortiq_context* c);
 /** Task mask for this context's runs: a mask name of the file, "off" (dense), or "" (the file's
  *  fallback). Unknown → CORTIQ_ERR_ARGUMENT listing the available ones. */
@@ -178,6 +181,8 @@ typedef struct cortiq_sampler_params {
   size_t n_stop;
 } cortiq_sampler_params;
 
+/** `cortiq run`'s sampling defaults (the runtime's SamplerParams), a random seed (-1), 256
+ *  tokens at most, no stop strings; `struct_size` set. */
 CORTIQ_API cortiq_sampler_params cortiq_sampler_params_default(void);
 /** `cortiq run --greedy`: temperature 0, no penalties. */
 CORTIQ_API cortiq_sampler_params cortiq_sampler_params_greedy(void);

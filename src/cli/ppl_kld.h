@@ -29,6 +29,8 @@
 
 namespace cortiq::cli {
 
+/// The fixed part of a KL-divergence base file: vocabulary size, chunk length in tokens, chunk count
+/// and the first scored position of each chunk (llama-perplexity scores the second half).
 struct KldHeader {
   uint32_t n_vocab = 0, n_ctx = 0, n_chunks = 0, first = 0;
   size_t per_chunk() const { return n_ctx - 1 - first; }  ///< scored positions per chunk

@@ -26,6 +26,7 @@
 
 namespace cortiq::convert {
 
+/// What export_gguf writes (`cortiq export-gguf`).
 struct ExportOptions {
   std::string input;   ///< .cmf file or shard set
   std::string output;  ///< .gguf path
@@ -35,6 +36,7 @@ struct ExportOptions {
   bool progress = true;
 };
 
+/// What export_gguf wrote.
 struct ExportResult {
   std::string output;
   uint64_t bytes = 0;                ///< size of the written file

@@ -28,10 +28,12 @@ struct MoeLayerStats {
 /// Which vector the cover rule ranks by: routing-weight mass (default), selection count (REF), or
 /// REAP saliency.
 enum class MoeStatistic { Weight, Count, Saliency };
+/// The statistic's name as the CLI and the provenance spell it: "weight", "count", "saliency".
 std::string_view moe_statistic_name(MoeStatistic s) noexcept;
 /// "weight" | "count" | "saliency"; Error(InvalidArgument) otherwise.
 MoeStatistic parse_moe_statistic(std::string_view s);
 
+/// Routing statistics over a text (moe-stats): per MoE layer, per expert.
 struct MoeStats {
   uint64_t tokens = 0;                       ///< tokens run (0 when read from a file that has no count)
   std::map<uint32_t, MoeLayerStats> layers;  ///< by layer index; MoE layers only
@@ -72,6 +74,7 @@ std::map<uint32_t, std::vector<uint32_t>> moe_selection(const cmf::Reader& r, co
 /// The experts layer `l` of the file holds (router rows; 0 for a dense layer).
 uint32_t experts_in_file(const cmf::Reader& r, uint32_t l);
 
+/// What moe_defrag wrote.
 struct MoeDefragResult {
   uint64_t bytes = 0;              ///< size of the written file
   std::vector<uint32_t> kept;      ///< [layers] experts kept (0 for a dense layer)
