@@ -226,7 +226,9 @@ CORTIQ_API int cortiq_stream_next(cortiq_stream* s, const char** piece, size_t* 
  *  the engine, which runs ahead of the reader, had already reached the end. Any thread may call it
  *  while the stream lives. */
 CORTIQ_API void cortiq_stream_cancel(cortiq_stream* s);
-/** Ends the stream (cancelling it if still running, waiting for it) and frees it; `result` may be NULL. */
+/** Ends the stream and frees it; `result` may be NULL. A stream freed before the reader has taken
+ *  every piece is cancelled (as by cortiq_stream_cancel: CORTIQ_FINISH_CANCELLED, also when the
+ *  engine had already reached the end); a running generation is waited for. */
 CORTIQ_API cortiq_status cortiq_stream_free(cortiq_stream* s, cortiq_generate_result* result);
 
 /** Logits of a prompt [n ids] under the context's task mask and skill: `all` = 0 writes the last

@@ -273,7 +273,9 @@ cortiq_status cortiq_stream_free(cortiq_stream* s, cortiq_generate_result* resul
   cortiq_status rc = CORTIQ_OK;
   {
     std::unique_lock<std::mutex> lk(s->out->mu);
-    if (!s->out->done) {
+    // The reader leaves before the end it has not seen: still running, or finished by an engine that
+    // ran ahead with pieces left undelivered. Either way the finish is "cancelled".
+    if (!s->out->done || !s->out->pieces.empty()) {
       s->job->cancel = true;
       s->cancelled = true;
     }

@@ -1,9 +1,11 @@
 /* The C API (include/cortiq.h) from C, against what the CLI answers for the same file.
  * Usage: capi_test FIXTURE_DIR (made by tests/capi/prepare.sh: s.cmf and the CLI's outputs). */
+#define _POSIX_C_SOURCE 199309L /* nanosleep */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cortiq.h"
 
@@ -216,6 +218,19 @@ int main(int argc, char** argv) {
     char* want = read_file(dir, "greedy.txt");
     CHECK(strcmp(acc, want) == 0);
     free(want);
+  }
+
+  /* Freeing a stream the reader left early is a cancellation, also when the engine (which runs
+   * ahead of the reader) has already finished: two pieces read, then time for the engine to end. */
+  {
+    CHECK(cortiq_stream_begin(c, p, np, &sp, &st) == CORTIQ_OK);
+    const char* piece;
+    size_t len;
+    CHECK(cortiq_stream_next(st, &piece, &len) == 1 && cortiq_stream_next(st, &piece, &len) == 1);
+    const struct timespec wait = {0, 300 * 1000 * 1000};
+    nanosleep(&wait, NULL);
+    CHECK(cortiq_stream_free(st, &r) == CORTIQ_OK && r.finish == CORTIQ_FINISH_CANCELLED &&
+          r.generated_tokens <= 40);
   }
 
   /* Logits: the argmax of the prompt's last logits is greedy's first token; `all` ends in the same
