@@ -33,6 +33,7 @@ struct BenchArgs {
   double bw_mib = 0;
   bool json = false, progress = false;
   runtime::LoadOptions load;  ///< only --exact and --no-mmap (threads come from -t, a list)
+  std::string gguf_quant;     ///< --quant for a .gguf model (cli/gguf_input.h)
   std::string grammar_file, json_schema;
 };
 
@@ -144,7 +145,7 @@ void bench_cmd(const BenchArgs& a) {
   // measuring; it is committed after the table is printed.
   std::optional<AtomicFile> json_file;
   if (!a.json_file.empty()) json_file.emplace(a.json_file, "bench.json");
-  const auto r = runtime::bench::run_bench(resolve_model_path(a.model, a.load), o, prog);
+  const auto r = runtime::bench::run_bench(resolve_model_path(a.model, a.gguf_quant), o, prog);
   if (a.json) {
     std::printf("%s\n", runtime::bench::to_json(r).dump(2).c_str());
   } else {
@@ -188,7 +189,7 @@ void setup(CLI::App& root) {
   c->add_flag("--json", a->json, "JSON output (one object per test) instead of the markdown table");
   c->add_option("--json-file", a->json_file, "also write the JSON records to this file");
   add_load_flags(c, a->load, kLoadExact | kLoadNoMmap);
-  add_gguf_flag(c, a->load);
+  add_gguf_flag(c, a->gguf_quant);
   c->add_flag("--progress", a->progress, "print progress lines to stderr");
   c->add_option("--grammar", a->grammar_file,
                 "instead of throughput: the per-token cost of this GBNF grammar's token mask (-n tokens)");

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <vector>
 
@@ -26,8 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::mutex g_temp_mu;
-std::map<const void*, std::string> g_quant;  // --quant per LoadOptions object (add_load_flags)
-std::vector<std::string> g_temps;            // temporary CMFs of this process, removed at exit
+std::vector<std::string> g_temps;  // temporary CMFs of this process, removed at exit
 
 void remove_temps() {
   std::lock_guard<std::mutex> lk(g_temp_mu);
@@ -64,21 +62,16 @@ std::optional<fs::path> cache_dir(std::string& why) {
 
 }  // namespace
 
-void add_gguf_flag(CLI::App* cmd, const runtime::LoadOptions& opts) {
+void add_gguf_flag(CLI::App* cmd, std::string& quant) {
   cmd->add_option(
-      "--quant", g_quant[&opts],
+      "--quant", quant,
       "for a .gguf model: the codec of the CMF it is converted to once (cached under "
       "$XDG_CACHE_HOME/cortiq); default: each tensor's own precision (Q8_0 → q8, Q4_0 → q4 exactly, "
       "F16 → f16)");
 }
 
-std::string resolve_model_path(const std::string& path, const runtime::LoadOptions& opts) {
+std::string resolve_model_path(const std::string& path, const std::string& quant) {
   if (!is_gguf(path)) return path;
-  std::string quant;
-  {
-    std::lock_guard<std::mutex> lk(g_temp_mu);
-    if (auto it = g_quant.find(&opts); it != g_quant.end()) quant = it->second;
-  }
   const auto sha = cmf::sha256_file(path);
   std::string hex;
   for (size_t i = 0; i < 8; ++i) hex += fmt::format("{:02x}", sha[i]);

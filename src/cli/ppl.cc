@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "cli/command.h"
-#include "cli/ppl_kld.h"
 #include "cli/gguf_input.h"
+#include "cli/ppl_kld.h"
 #include "runtime/perplexity.h"
 #include "runtime/session.h"
 #include "specialize/skill_choice.h"
@@ -30,7 +30,8 @@ struct PplArgs {
   std::string kld_base;         ///< --kl-divergence-base F: write the logits there (or, with
                                 ///< --kl-divergence, read them from there and compare)
   bool kld = false;             ///< --kl-divergence
-  runtime::LoadOptions load;    ///< -t/--threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, --task
+  runtime::LoadOptions load;  ///< -t/--threads (default 0 = all cores), --exact, --no-mmap, --kv-f16, --task
+  std::string gguf_quant;     ///< --quant for a .gguf model (cli/gguf_input.h)
 };
 
 /// "1 token", "2 tokens".
@@ -71,7 +72,7 @@ void ppl_cmd(const PplArgs& a) {
   runtime::LoadOptions lo = a.load;
   const size_t ctx = base ? base->header().n_ctx : a.ctx;
   lo.ctx = a.mode == "prefix" ? 0 : ctx;  // prefix: the model's context, --tokens checked below
-  runtime::LoadedModel lm = runtime::load_model(resolve_model_path(a.model, a.load), lo);
+  runtime::LoadedModel lm = runtime::load_model(resolve_model_path(a.model, a.gguf_quant), lo);
   std::vector<uint32_t> ids = lm.encode_raw(text);
   if (base) {  // the base's tokens; a text given too must be the one the base scored
     const std::vector<uint32_t>& b = base->ids();
@@ -213,7 +214,7 @@ void setup(CLI::App& root) {
               "compare this model against --kl-divergence-base: KL divergence per token (mean, max, "
               "percentiles) and top-1 agreement, as llama-perplexity prints them");
   add_load_flags(c, a->load);
-  add_gguf_flag(c, a->load);
+  add_gguf_flag(c, a->gguf_quant);
   c->add_option("--task", a->load.task, "task mask name, or 'off' (-t is --threads, as in llama.cpp)");
   c->callback([a] { ppl_cmd(*a); });
 }

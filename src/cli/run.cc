@@ -35,7 +35,8 @@ namespace {
 
 struct RunArgs {
   std::string model, prompt, prompt_file, system, chat_template_file;
-  int64_t n = 256;  ///< -1: until end of text or the context is full (llama-cli)
+  std::string gguf_quant;  ///< --quant for a .gguf model (cli/gguf_input.h)
+  int64_t n = 256;         ///< -1: until end of text or the context is full (llama-cli)
   runtime::LoadOptions
       load;  ///< -t/--threads (default 0 = all cores), --exact, --no-mmap, --ctx, --kv-f16, --task
   bool greedy = false, raw = false, no_think = false, verbose_prompt = false;
@@ -220,7 +221,7 @@ void run_cmd(const RunArgs& a) {
   const std::string template_text = a.chat_template_file.empty() ? "" : read_file(a.chat_template_file);
   runtime::LoadOptions lo = a.load;
   auto load = [&](const runtime::LoadOptions& o) {
-    runtime::LoadedModel m = runtime::load_model(resolve_model_path(a.model, a.load), o);  // --quant is bound to a.load
+    runtime::LoadedModel m = runtime::load_model(resolve_model_path(a.model, a.gguf_quant), o);
     if (!template_text.empty()) m.bundle.chat_template = template_text;
     return m;
   };
@@ -500,7 +501,7 @@ void setup(CLI::App& root) {
       "--verbose-prompt", a->verbose_prompt,
       "print the prompt the model is given (the rendered chat template) and its token count on stderr");
   add_load_flags(c, a->load);
-  add_gguf_flag(c, a->load);
+  add_gguf_flag(c, a->gguf_quant);
   c->add_option("-c,--ctx", a->load.ctx,
                 "KV cache capacity in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag(

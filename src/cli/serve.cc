@@ -37,7 +37,8 @@ void setup(CLI::App& root) {
   c->add_option("--task", o->load.task, "default task mask name, or 'off' (-t is --threads)");
   o->load.threads = 0;  // all cores, as run and ppl
   add_load_flags(c, o->load);
-  add_gguf_flag(c, o->load);
+  auto gguf_quant = std::make_shared<std::string>();
+  add_gguf_flag(c, *gguf_quant);
   c->add_option("-c,--ctx", o->load.ctx,
                 "KV cache capacity per slot in tokens (0 or absent: min(max_position_embeddings, 4096))");
   c->add_flag("--log-requests", o->log_requests, "one stderr line per request");
@@ -68,9 +69,9 @@ void setup(CLI::App& root) {
   c->add_option("--grammar-file", *grammar_file,
                 "GBNF grammar (llama.cpp syntax) constraining every request that sets no grammar or "
                 "JSON response_format");
-  c->callback([o, grammar_file] {
+  c->callback([o, grammar_file, gguf_quant] {
     server::ServerOptions opt = *o;
-    opt.model_path = resolve_model_path(opt.model_path, o->load);
+    opt.model_path = resolve_model_path(opt.model_path, *gguf_quant);
     opt.grammar = load_grammar(*grammar_file, "");
     if (opt.api_key.empty())
       if (const char* k = std::getenv("CORTIQ_API_KEY")) opt.api_key = k;
