@@ -26,6 +26,9 @@
 #include "convert/gguf.h"
 #include "convert/plan.h"
 #include "convert/safetensors.h"
+#include "model/cmf_source.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
 #include "quant/codec.h"
 #include "shell.h"
 #include "specialize/defrag.h"
@@ -1242,6 +1245,132 @@ TEST_F(ConvertE2E, ExportGgufMatchesTheOracleAndRoundTrips) {
   ASSERT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("re-quantized"), std::string::npos) << log;
   EXPECT_NE(log.find("max |Δ|"), std::string::npos) << log;
+}
+
+namespace {
+
+/// Logits of every position of `tokens` run by the model in `path` (one thread, reference build).
+std::vector<float> logits_of(const fs::path& path, const std::vector<uint32_t>& tokens) {
+  const auto r = cortiq::cmf::Reader::open(path.string());
+  const cortiq::model::CmfTensorSource src(r);
+  auto m = cortiq::model::Model::bind(r.header().arch, src);
+  cortiq::model::KvCache kv(r.header().arch, tokens.size());
+  std::vector<float> logits(tokens.size() * m->vocab_size());
+  m->forward(tokens, kv, logits, cortiq::model::LogitsMode::All);
+  return logits;
+}
+
+}  // namespace
+
+// Issue 32 item 1, gemma and gemma2 (GemmaModel / Gemma2Model of llama.cpp's converter):
+// (a) tests/tools/hf_to_gguf.py writes the same non-tokenizer keys and tensors as our export (norms
+//     as 1 + w, no lm_head, gemma2's caps / window keys and sandwich-norm names);
+// (b) the import keeps llama.cpp's g = 1 + w and runs it as a plain x̂·g norm: every other tensor
+//     comes back byte for byte, each norm is 1.0f + w of the original, and the logits of a prompt
+//     longer than gemma2's window are bit-identical to the original CMF's; exporting the import
+//     again writes the same tensors;
+// (c) gemma3 is refused by name (llama.cpp b4748 has none).
+TEST_F(ConvertE2E, ExportGgufGemmaRoundTrips) {
+  NEED_PYTHON();
+  const std::vector<std::pair<std::string, std::string>> fams = {
+      {"gemma",
+       "--family gemma --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --tied --seed 41"},
+      {"gemma2",
+       "--family gemma2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --layers 3 --ffn 96 --vocab 128 "
+       "--tied "
+       "--sliding-window 8 --seed 42"},
+  };
+  for (const auto& [fam, args] : fams) {
+    SCOPED_TRACE(fam);
+    const fs::path hf = gen("gguf_oracle_" + fam, args);
+    const fs::path a = dir_ / ("exg_" + fam + ".cmf"), g = dir_ / ("exg_" + fam + ".gguf"),
+                   o = dir_ / ("exg_" + fam + "_oracle.gguf"), b = dir_ / ("exg_" + fam + "_back.cmf"),
+                   g2 = dir_ / ("exg_" + fam + "_again.gguf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
+                     hf.string() + " " + o.string(),
+                 &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const cortiq::convert::GgufFile mine(g.string()), want(o.string());
+    EXPECT_EQ(mine.metadata()["general.architecture"], fam);
+    for (const auto& k : want.metadata_keys()) {
+      if (k == "general.name") continue;
+      ASSERT_TRUE(mine.metadata().contains(k)) << k;
+      EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
+      EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
+    }
+    if (fam == "gemma2") {
+      EXPECT_EQ(want.metadata()["gemma2.attn_logit_softcapping"], 50.0);
+      EXPECT_EQ(want.metadata()["gemma2.attention.sliding_window"], 8);
+      EXPECT_NE(want.find("blk.2.post_ffw_norm.weight"), nullptr);
+    }
+    ASSERT_EQ(mine.tensors().size(), want.tensors().size());
+    for (const auto& t : want.tensors()) {
+      const auto* m = mine.find(t.name);
+      ASSERT_NE(m, nullptr) << t.name;
+      EXPECT_EQ(m->ne, t.ne) << t.name;
+      EXPECT_EQ(m->type, t.type) << t.name;
+      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+    }
+
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+    EXPECT_EQ(ra.header().arch.norm_style, cortiq::cmf::NormStyle::Gemma);
+    EXPECT_EQ(rb.header().arch.norm_style, cortiq::cmf::NormStyle::Qwen);
+    EXPECT_EQ(rb.header().arch.arch_name, fam);
+    EXPECT_EQ(rb.header().arch.layer_types, ra.header().arch.layer_types);
+    EXPECT_EQ(rb.header().arch.sliding_window, ra.header().arch.sliding_window);
+    EXPECT_EQ(rb.header().arch.attn_logit_softcapping, ra.header().arch.attn_logit_softcapping);
+    EXPECT_EQ(rb.header().arch.final_logit_softcapping, ra.header().arch.final_logit_softcapping);
+    EXPECT_EQ(rb.header().arch.query_pre_attn_scalar, ra.header().arch.query_pre_attn_scalar);
+    EXPECT_EQ(rb.header().arch.embed_multiplier, ra.header().arch.embed_multiplier);
+    ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
+    size_t norms = 0;
+    for (const auto& ta : ra.tensors()) {
+      const auto* tb = rb.find(ta.name);
+      ASSERT_NE(tb, nullptr) << ta.name;
+      ASSERT_EQ(ta.shape, tb->shape) << ta.name;
+      std::vector<float> va = decode_all(ra, ta);
+      if (ta.name.ends_with("norm.weight")) {
+        ++norms;
+        for (float& x : va) x = 1.0f + x;
+      }
+      EXPECT_EQ(decode_all(rb, *tb), va) << ta.name;
+    }
+    EXPECT_EQ(norms, fam == "gemma" ? 2u * 2 + 1 : 3u * 4 + 1);
+    std::vector<uint32_t> prompt;
+    for (uint32_t i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % 128);
+    const std::vector<float> la = logits_of(a, prompt), lb = logits_of(b, prompt);
+    EXPECT_EQ(la, lb);
+    EXPECT_TRUE(std::any_of(la.begin(), la.end(), [](float x) { return x != 0; }));
+
+    log = cli("export-gguf " + b.string() + " -o " + g2.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const cortiq::convert::GgufFile again(g2.string());
+    ASSERT_EQ(again.tensors().size(), mine.tensors().size());
+    for (const auto& t : mine.tensors()) {
+      const auto* m = again.find(t.name);
+      ASSERT_NE(m, nullptr) << t.name;
+      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+    }
+  }
+  // (c) gemma3: refused by name, nothing written
+  const fs::path hf3 = gen("gguf_gemma3",
+                           "--family gemma3_text --hidden 64 --heads 4 --kv-heads 2 --layers 2 "
+                           "--ffn 96 --vocab 128 --tied --seed 43");
+  int rc = 0;
+  std::string log = cli("convert " + hf3.string() + " --quant f32 -o " + (dir_ / "exg3.cmf").string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("export-gguf " + (dir_ / "exg3.cmf").string() + " -o " + (dir_ / "exg3_bad.gguf").string(), &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("gemma3"), std::string::npos) << log;
+  EXPECT_NE(log.find("b4748"), std::string::npos) << log;
+  EXPECT_TRUE(leftovers("exg3_bad").empty());
 }
 
 // A defragged specialist (FFN widths differing per layer) exports with feed_forward_length as an

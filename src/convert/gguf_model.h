@@ -24,10 +24,9 @@ struct GgufArchitecture {
   std::string_view gguf;      ///< general.architecture (also the HF model_type)
   std::string_view hf_class;  ///< config.json "architectures"
 };
-inline constexpr GgufArchitecture kGgufArchitectureTable[] = {{"llama", "LlamaForCausalLM"},
-                                                              {"qwen2", "Qwen2ForCausalLM"},
-                                                              {"qwen3", "Qwen3ForCausalLM"},
-                                                              {"phi3", "Phi3ForCausalLM"}};
+inline constexpr GgufArchitecture kGgufArchitectureTable[] = {
+    {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+    {"phi3", "Phi3ForCausalLM"},   {"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"}};
 /// The `gguf` names of kGgufArchitectureTable joined with ", " ("llama, qwen2, …"), for messages.
 std::string gguf_architectures();
 
@@ -36,7 +35,12 @@ std::string gguf_architectures();
 /// max_position_embeddings, vocab_size, tie_word_embeddings (no `output.weight`), bos/eos ids), to
 /// be read by arch_from_hf, and rope_scaling (rope_scaling_from_gguf). Throws Error(Unsupported)
 /// naming `general.architecture` for other architectures and naming the key for features it cannot
-/// carry (RoPE scaling other than linear, yarn and llama3's factors tensor; sliding windows);
+/// carry (RoPE scaling other than linear, yarn and llama3's factors tensor; sliding windows outside
+/// phi3 and gemma2). gemma2 gets what llama.cpp b4748 runs: `{arch}.attn_logit_softcapping` /
+/// `final_logit_softcapping` (default 50 / 30), `attention.sliding_window` (default 4096) on the even
+/// layers, query_pre_attn_scalar = head_dim (hidden/heads with 46 layers); gemma and gemma2 get
+/// hidden_activation gelu_pytorch_tanh. Their norm weights are llama.cpp's 1 + w: the caller keeps
+/// them and runs them as plain x̂·g norms (convert_gguf sets norm_style qwen);
 /// Error(Parse) naming the key when a required one is missing or not a number.
 nlohmann::json hf_config_from_gguf(const GgufFile& f);
 
@@ -55,7 +59,9 @@ std::optional<nlohmann::json> rope_scaling_from_gguf(const nlohmann::json& metad
 /// `token_embd.weight` → `model.embed_tokens.weight`, `blk.3.attn_q.weight` →
 /// `model.layers.3.self_attn.q_proj.weight`, `output.weight` → `lm_head.weight`, … ; phi3's fused
 /// `attn_qkv` / `ffn_up` → `self_attn.qkv_proj` / `mlp.gate_up_proj` (HF's Phi3 names); "" for
-/// `rope_freqs.weight` (it goes into the arch as rope_freq_factors). Throws Error(Unsupported)
+/// `rope_freqs.weight` (it goes into the arch as rope_freq_factors); gemma2's `post_attention_norm`,
+/// `ffn_norm`, `post_ffw_norm` → `post_attention_layernorm`, `pre_feedforward_layernorm`,
+/// `post_feedforward_layernorm`. Throws Error(Unsupported)
 /// naming any other tensor.
 std::string hf_name_from_gguf(std::string_view gguf_name, std::string_view arch = "");
 
