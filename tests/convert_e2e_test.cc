@@ -1245,6 +1245,22 @@ TEST_F(ConvertE2E, ExportGgufMatchesTheOracleAndRoundTrips) {
   ASSERT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("re-quantized"), std::string::npos) << log;
   EXPECT_NE(log.find("max |Δ|"), std::string::npos) << log;
+
+  // a qwen2 with per-layer FFN widths (defragged) has no llama.cpp architecture: refused by name
+  const fs::path qfull = dir_ / ("ex_qwen2.cmf"), qcut = dir_ / "exq_cut.cmf";
+  cortiq::specialize::DefragPlan qplan;
+  for (uint32_t l = 0; l < 2; ++l) {
+    std::vector<uint32_t> keep;
+    for (uint32_t i = 0; i < 96; i += 1 + l) keep.push_back(i);
+    qplan.keep.push_back(keep);
+  }
+  cortiq::specialize::defrag_file(cortiq::cmf::Reader::open(qfull.string()), qcut.string(), qplan, false);
+  const std::string qlog =
+      cli("export-gguf " + qcut.string() + " -o " + (dir_ / "exq_bad.gguf").string(), &rc);
+  EXPECT_NE(rc, 0) << qlog;
+  EXPECT_NE(qlog.find("per layer"), std::string::npos) << qlog;
+  EXPECT_NE(qlog.find("'qwen2'"), std::string::npos) << qlog;
+  EXPECT_TRUE(leftovers("exq_bad").empty());
 }
 
 namespace {
@@ -1373,10 +1389,10 @@ TEST_F(ConvertE2E, ExportGgufGemmaRoundTrips) {
   EXPECT_TRUE(leftovers("exg3_bad").empty());
 }
 
-// A defragged specialist (FFN widths differing per layer) exports with feed_forward_length as an
-// array of those widths, and imports back to the same tensors; stories260K's SentencePiece
-// tokenizer survives the trip with the same ids on the TinyStories sample; bad input is refused by
-// name and leaves nothing behind.
+// A defragged specialist (FFN widths differing per layer) exports as llama.cpp's `deci` (its llama
+// builds every layer with one width) with deci.feed_forward_length an array of those widths, and
+// imports back as llama to the same tensors; stories260K's SentencePiece tokenizer survives the trip
+// with the same ids on the TinyStories sample; bad input is refused by name and leaves nothing behind.
 TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
   const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-hf";
   if (!fs::exists(hf / "model.safetensors")) GTEST_SKIP() << "../shared missing";
@@ -1399,13 +1415,18 @@ TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
   log = cli("export-gguf " + cut.string() + " -o " + g.string(), &rc);
   ASSERT_EQ(rc, 0) << log;
   const cortiq::convert::GgufFile gf(g.string());
-  ASSERT_EQ(gf.metadata_type("llama.feed_forward_length"), 9);  // an array
-  EXPECT_EQ(gf.metadata()["llama.feed_forward_length"].get<std::vector<uint32_t>>(), widths);
+  EXPECT_EQ(gf.metadata()["general.architecture"], "deci");
+  EXPECT_FALSE(gf.metadata().contains("llama.feed_forward_length"));
+  ASSERT_EQ(gf.metadata_type("deci.feed_forward_length"), 9);  // an array
+  EXPECT_EQ(gf.metadata()["deci.feed_forward_length"].get<std::vector<uint32_t>>(), widths);
+  EXPECT_EQ(gf.metadata()["deci.attention.head_count"], src.header().arch.num_attention_heads);
+  EXPECT_EQ(gf.metadata()["deci.vocab_size"], src.header().arch.vocab_size);
   EXPECT_EQ(gf.metadata()["tokenizer.ggml.model"], "llama");
   log = cli("convert " + g.string() + " --quant f32 -o " + back.string(), &rc);
   ASSERT_EQ(rc, 0) << log;
   expect_same_tensors(cut, back, true);
   const auto ra = cortiq::cmf::Reader::open(cut.string()), rb = cortiq::cmf::Reader::open(back.string());
+  EXPECT_EQ(rb.header().arch.arch_name, "llama");
   const auto ta = cortiq::Tokenizer::from_json(std::string(ra.vocab().begin(), ra.vocab().end()));
   const auto tb = cortiq::Tokenizer::from_json(std::string(rb.vocab().begin(), rb.vocab().end()));
   const std::string text = slurp(fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" /

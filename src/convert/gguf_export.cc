@@ -275,6 +275,17 @@ ExportResult export_gguf(const ExportOptions& opt) {
   if (!by_name.count("token_embd.weight"))
     fail(ErrorKind::Parse, "'{}' has no model.embed_tokens.weight", opt.input);
   res.ffn_widths = widths;
+  // per-layer FFN widths (a defragged specialist): llama.cpp b4748's llama arch builds every layer
+  // with one width (hparams.n_ff()); its deci arch (DeciLM / Nemotron-NAS) reads n_ff(il) per layer
+  // and is llama otherwise (same tensors, Q/K permutation, RoPE). The other families have none.
+  const bool per_layer =
+      std::any_of(widths.begin(), widths.end(), [&](uint32_t x) { return x != widths[0]; });
+  if (per_layer && arch != "llama")
+    fail(ErrorKind::Unsupported,
+         "'{}': its FFN widths differ per layer (a defragged specialist) and llama.cpp b4748 has no "
+         "per-layer-width architecture for '{}' (only llama's, as 'deci'); export the file before defrag",
+         opt.input, arch);
+  const std::string gguf_arch = per_layer ? "deci" : arch;
 
   // RoPE scaling: yarn / equal factors (linear) as keys, other factors (llama3) as rope_freqs
   std::optional<double> linear;
@@ -337,13 +348,13 @@ ExportResult export_gguf(const ExportOptions& opt) {
 
   // metadata
   GgufWriter w;
-  res.arch = arch;
+  res.arch = gguf_arch;
   std::string name = std::filesystem::path(opt.input).stem().string();
   if (h.provenance.is_object() && h.provenance.contains("source_model") &&
       h.provenance["source_model"].is_string())
     name = h.provenance["source_model"].get<std::string>();
   using V = GgufValueType;
-  w.add("general.architecture", V::String, arch);
+  w.add("general.architecture", V::String, gguf_arch);
   w.add("general.name", V::String, name);
   const uint32_t file_type = main_type == GgmlType::F32    ? 0
                              : main_type == GgmlType::F16  ? 1
@@ -352,13 +363,13 @@ ExportResult export_gguf(const ExportOptions& opt) {
                                                            : 32;  // LlamaFileType MOSTLY_BF16
   w.add("general.file_type", V::U32, file_type);
   w.add("general.quantization_version", V::U32, 2);  // as gguf-py writes it, quantized or not
-  const std::string k = arch + ".";
+  const std::string k = gguf_arch + ".";
   w.add(k + "context_length", V::U32, a.max_position_embeddings);
   w.add(k + "embedding_length", V::U32, a.hidden_size);
   w.add(k + "block_count", V::U32, a.num_layers);
-  if (std::all_of(widths.begin(), widths.end(), [&](uint32_t x) { return x == widths[0]; }))
+  if (!per_layer)
     w.add(k + "feed_forward_length", V::U32, widths.empty() ? a.intermediate_size : widths[0]);
-  else
+  else  // DeciModel: a list of ints, written by gguf-py as an INT32 array
     w.add_array(k + "feed_forward_length", V::I32, json(widths));
   w.add(k + "attention.head_count", V::U32, a.num_attention_heads);
   w.add(k + "attention.head_count_kv", V::U32, a.num_kv_heads);

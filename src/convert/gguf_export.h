@@ -8,8 +8,11 @@
 //   attention.sliding_window; gemma2: attn_logit_softcapping, final_logit_softcapping,
 //   attention.sliding_window (Gemma2Model.set_gguf_parameters); RoPE scaling: yarn and equal per-pair factors
 //   (linear) as `rope.scaling.*`, other factors (llama3) as the `rope_freqs.weight` tensor;
-// - a defragged specialist (FFN widths differing per layer, read from the tensor shapes) gets
-//   feed_forward_length as an i32 array, one width per layer (llama.cpp reads an array there);
+// - a defragged specialist (FFN widths differing per layer, read from the tensor shapes) is written
+//   as architecture `deci` (llama.cpp's DeciLM / Nemotron-NAS: llama's tensors, keys and Q/K
+//   permutation, but each layer built with its own n_ff(il); its `llama` builds every layer with one
+//   width and fails to load such a file) with `deci.feed_forward_length` an i32 array, one width per
+//   layer; qwen2 / qwen3 / phi3 / gemma* with per-layer widths are refused (no such llama.cpp arch);
 // - llama's Q and K rows (weights and biases) permuted as LlamaModel.permute does, phi3's Q/K/V and
 //   gate/up fused into attn_qkv / ffn_up;
 // - gemma / gemma2 (GemmaModel, Gemma2Model): every `*norm.weight` of a (1 + w)-style CMF

@@ -34,6 +34,22 @@ struct Md {
       fail(ErrorKind::Parse, "GGUF key '{}' must be a non-negative integer, not {}", key(k), v->dump());
     return v->get<uint64_t>();
   }
+  /// `{arch}.k` as one non-negative integer: a scalar, or an array of equal ones (llama.cpp's
+  /// get_key_or_arr, as deci writes per-layer head counts); nullopt when absent. Throws
+  /// Error(Unsupported) naming the key when the array's values differ.
+  std::optional<uint64_t> uniform_uint(std::string_view k) const {
+    const json* v = get(key(k));
+    if (!v || !v->is_array()) return uint(k);
+    if (v->empty()) fail(ErrorKind::Parse, "GGUF key '{}' is an empty array", key(k));
+    for (const json& x : *v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        fail(ErrorKind::Parse, "GGUF key '{}' holds {}, not a non-negative integer", key(k), x.dump());
+      if (x != v->front())
+        fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: per-layer values are not supported from GGUF input",
+             key(k), v->dump());
+    }
+    return v->front().get<uint64_t>();
+  }
   uint64_t need_uint(std::string_view k) const {
     auto v = uint(k);
     if (!v) fail(ErrorKind::Parse, "GGUF key '{}' is missing", key(k));
@@ -139,7 +155,7 @@ json hf_config_from_gguf(const GgufFile& f) {
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
          gguf_architectures());
   json c;
-  c["model_type"] = md.arch;
+  c["model_type"] = md.arch == "deci" ? std::string("llama") : md.arch;
   c["architectures"] = json::array({std::string(known->hf_class)});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
@@ -158,9 +174,14 @@ json hf_config_from_gguf(const GgufFile& f) {
   } else {
     c["intermediate_size"] = md.need_uint("feed_forward_length");
   }
-  const uint64_t heads = md.need_uint("attention.head_count");
+  const auto heads_or = md.uniform_uint("attention.head_count");
+  if (!heads_or) fail(ErrorKind::Parse, "GGUF key '{}' is missing", md.key("attention.head_count"));
+  const uint64_t heads = *heads_or;
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = md.uint("attention.head_count_kv").value_or(heads);
+  c["num_key_value_heads"] = md.uniform_uint("attention.head_count_kv").value_or(heads);
+  if (c["num_key_value_heads"] == 0)  // deci's attention-free (linear / no-op) layers
+    fail(ErrorKind::Unsupported, "GGUF key '{}' = 0: layers without attention are not supported",
+         md.key("attention.head_count_kv"));
   if (auto kl = md.uint("attention.key_length")) c["head_dim"] = *kl;
   c["rms_norm_eps"] = md.num("attention.layer_norm_rms_epsilon").value_or(1e-5);
   c["rope_theta"] = md.num("rope.freq_base").value_or(10000.0);

@@ -18,7 +18,7 @@ namespace {
 
 // The message list names the table's architectures, in its order.
 TEST(GgufModel, ArchitectureListMatchesTheTable) {
-  EXPECT_EQ(gguf_architectures(), "llama, qwen2, qwen3, phi3, gemma, gemma2");
+  EXPECT_EQ(gguf_architectures(), "llama, qwen2, qwen3, phi3, gemma, gemma2, deci");
 }
 
 // gemma2's sandwich norms (gguf-py ATTN_POST_NORM / FFN_PRE_NORM / FFN_POST_NORM); ffn_norm is the
