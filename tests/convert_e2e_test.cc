@@ -1445,6 +1445,76 @@ TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
   EXPECT_TRUE(leftovers("exd_bad").empty());
 }
 
+// Issue 32: a tokenizer with more ids than the embedding has rows (some checkpoints) exports with
+// exactly one token per row, as llama.cpp requires: the ids past the rows are dropped with a note
+// naming their count, a BPE's merges that use or make a dropped token go too, and the kept ones
+// encode the sample as before (stories260K's SentencePiece BPE cut to 500 of 512 rows, Qwen2.5's
+// byte-level BPE cut to 151600 of 151665 ids).
+TEST_F(ConvertE2E, ExportGgufDropsTokenIdsPastTheEmbedding) {
+  NEED_PYTHON();
+  const fs::path qwen_tok = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "tokenizer-qwen2.5";
+  struct Case {
+    std::string name, args;
+    uint32_t rows, dropped;
+  };
+  std::vector<Case> cases = {
+      {"spm",
+       "--family llama --hidden 32 --heads 2 --kv-heads 1 --layers 1 --ffn 32 --vocab 500 "
+       "--tokenizer-dir " +
+           std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K --seed 51",
+       500, 12}};
+  if (fs::exists(qwen_tok / "tokenizer.json"))
+    cases.push_back(
+        {"bpe",
+         "--family qwen2 --hidden 32 --heads 2 --kv-heads 1 --layers 1 --ffn 32 --vocab 151600 --tied "
+         "--tokenizer qwen2.5 --seed 52",
+         151600, 65});
+  const std::string text =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine, and "
+      "her dog Max ran after the red ball 42 times!";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path hf = gen("gguf_tokcut_" + c.name, c.args);
+    const fs::path a = dir_ / ("extok_" + c.name + ".cmf"), g = dir_ / ("extok_" + c.name + ".gguf"),
+                   b = dir_ / ("extok_" + c.name + "_back.cmf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find(fmt::format("{} token id(s) past the embedding's {} rows", c.dropped, c.rows)),
+              std::string::npos)
+        << log;
+    const cortiq::convert::GgufFile gf(g.string());
+    const auto& tokens = gf.metadata()["tokenizer.ggml.tokens"];
+    ASSERT_EQ(tokens.size(), c.rows);
+    EXPECT_EQ(gf.metadata()["tokenizer.ggml.token_type"].size(), c.rows);
+    if (gf.metadata().contains("tokenizer.ggml.merges")) {  // every merge joins and makes kept tokens
+      std::set<std::string> kept;
+      for (const auto& t : tokens) kept.insert(t.get<std::string>());
+      size_t n = 0;
+      for (const auto& m : gf.metadata()["tokenizer.ggml.merges"]) {
+        const std::string s = m.get<std::string>();
+        const size_t sp = s.find(' ', 1);
+        ASSERT_NE(sp, std::string::npos) << s;
+        const std::string l = s.substr(0, sp), r = s.substr(sp + 1);
+        ASSERT_TRUE(kept.count(l) && kept.count(r) && kept.count(l + r)) << s;
+        ++n;
+      }
+      EXPECT_GT(n, 150000u);
+    }
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+    const auto ta = cortiq::Tokenizer::from_json(std::string(ra.vocab().begin(), ra.vocab().end()));
+    const auto tb = cortiq::Tokenizer::from_json(std::string(rb.vocab().begin(), rb.vocab().end()));
+    const auto ids = ta.encode(text, false);
+    EXPECT_GT(ids.size(), 20u);
+    EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [&](auto id) { return id < c.rows; }));
+    EXPECT_EQ(tb.encode(text, false), ids);
+  }
+}
+
 // Issue 32 item 2: `run` takes a .gguf directly. The first run converts it once into
 // $XDG_CACHE_HOME/cortiq (keyed by the GGUF's sha256 and the codec) keeping each tensor's source
 // precision (Q4_0 → q4_block with the very same values, F16 → f16), the second reuses it; --quant q8

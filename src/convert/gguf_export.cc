@@ -406,7 +406,16 @@ ExportResult export_gguf(const ExportOptions& opt) {
   const cmf::TokenizerBundle* bundle = h.tokenizer_config ? &*h.tokenizer_config : nullptr;
   if (!r.vocab().empty()) {
     const std::string tj(r.vocab().begin(), r.vocab().end());
-    for (GgufKv& kv : tokenizer_to_gguf(tj, bundle, a.vocab_size)) w.add(kv);
+    // the embedding's rows, which llama.cpp requires the token list to match
+    const cmf::TensorInfo* embed = r.find("model.embed_tokens.weight");
+    const auto rows = static_cast<uint32_t>(embed && !embed->shape.empty() ? embed->shape[0] : a.vocab_size);
+    uint32_t dropped = 0;
+    for (GgufKv& kv : tokenizer_to_gguf(tj, bundle, rows, &dropped)) w.add(kv);
+    if (dropped)
+      res.notes.push_back(
+          fmt::format("the tokenizer has {} token id(s) past the embedding's {} rows: dropped "
+                      "from the GGUF vocabulary (llama.cpp needs one token per row)",
+                      dropped, rows));
   } else {
     res.notes.push_back("the file has no tokenizer (vocab section): the GGUF carries none");
     if (bundle && bundle->bos_token_id) w.add("tokenizer.ggml.bos_token_id", V::U32, *bundle->bos_token_id);
