@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -26,6 +27,7 @@
 #include "convert/gguf.h"
 #include "convert/plan.h"
 #include "convert/safetensors.h"
+#include "convert/sentencepiece.h"
 #include "model/cmf_source.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -1512,6 +1514,43 @@ TEST_F(ConvertE2E, ExportGgufDropsTokenIdsPastTheEmbedding) {
     EXPECT_GT(ids.size(), 20u);
     EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [&](auto id) { return id < c.rows; }));
     EXPECT_EQ(tb.encode(text, false), ids);
+  }
+}
+
+// Issue 32 item 6's oracle on a large vocabulary: Mistral-7B v0.1's tokenizer (../shared) has a
+// tokenizer.json and no tokenizer.model, so tests/tools/spm_from_tokenizer_json.py writes a
+// ModelProto from it (scores standing for its merge order). Our SentencePiece reader rebuilds a
+// tokenizer from that file that gives the very ids of the tokenizer.json on the TinyStories sample
+// and on text that needs the byte fallback. It proves the reader, not Mistral's own scores.
+TEST_F(ConvertE2E, MistralTokenizerModelEncodesAsItsTokenizerJson) {
+  const fs::path dir = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "tokenizer-mistral-7b-v0.1";
+  const fs::path sample = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" / "tinystories-sample" /
+                          "tinystories_sample.txt";
+  if (!fs::exists(dir / "tokenizer.json") || !fs::exists(sample)) GTEST_SKIP() << "../shared missing";
+  fs::path model = dir / "tokenizer.model";
+  if (!fs::exists(model)) {
+    model = dir_ / "mistral_tokenizer.model";
+    int rc = 0;
+    const std::string log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) +
+                                       "/tests/tools/spm_from_tokenizer_json.py " +
+                                       (dir / "tokenizer.json").string() + " " + model.string(),
+                                   &rc);
+    ASSERT_EQ(rc, 0) << log;
+  }
+  const std::string proto = slurp(model);
+  const std::string rebuilt = cortiq::convert::tokenizer_json_from_sentencepiece(
+      std::span(reinterpret_cast<const uint8_t*>(proto.data()), proto.size()), model.string());
+  const auto from_model = cortiq::Tokenizer::from_json(rebuilt);
+  const auto from_json = cortiq::Tokenizer::from_json(slurp(dir / "tokenizer.json"));
+  std::string text = slurp(sample);
+  text.resize(std::min<size_t>(text.size(), 200000));
+  for (const std::string& t :
+       {text,
+        std::string(
+            "  Ünïcödé façade, 日本語のテキスト, emoji 🦙🚀, tabs\tand\nnew lines  ")}) {
+    const auto want = from_json.encode(t, true);
+    EXPECT_GT(want.size(), 20u);
+    EXPECT_EQ(from_model.encode(t, true), want);
   }
 }
 
