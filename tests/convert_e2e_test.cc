@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -26,6 +27,10 @@
 #include "convert/gguf.h"
 #include "convert/plan.h"
 #include "convert/safetensors.h"
+#include "convert/sentencepiece.h"
+#include "model/cmf_source.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
 #include "quant/codec.h"
 #include "shell.h"
 #include "specialize/defrag.h"
@@ -1242,12 +1247,154 @@ TEST_F(ConvertE2E, ExportGgufMatchesTheOracleAndRoundTrips) {
   ASSERT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("re-quantized"), std::string::npos) << log;
   EXPECT_NE(log.find("max |Δ|"), std::string::npos) << log;
+
+  // a qwen2 with per-layer FFN widths (defragged) has no llama.cpp architecture: refused by name
+  const fs::path qfull = dir_ / ("ex_qwen2.cmf"), qcut = dir_ / "exq_cut.cmf";
+  cortiq::specialize::DefragPlan qplan;
+  for (uint32_t l = 0; l < 2; ++l) {
+    std::vector<uint32_t> keep;
+    for (uint32_t i = 0; i < 96; i += 1 + l) keep.push_back(i);
+    qplan.keep.push_back(keep);
+  }
+  cortiq::specialize::defrag_file(cortiq::cmf::Reader::open(qfull.string()), qcut.string(), qplan, false);
+  const std::string qlog =
+      cli("export-gguf " + qcut.string() + " -o " + (dir_ / "exq_bad.gguf").string(), &rc);
+  EXPECT_NE(rc, 0) << qlog;
+  EXPECT_NE(qlog.find("per layer"), std::string::npos) << qlog;
+  EXPECT_NE(qlog.find("'qwen2'"), std::string::npos) << qlog;
+  EXPECT_TRUE(leftovers("exq_bad").empty());
 }
 
-// A defragged specialist (FFN widths differing per layer) exports with feed_forward_length as an
-// array of those widths, and imports back to the same tensors; stories260K's SentencePiece
-// tokenizer survives the trip with the same ids on the TinyStories sample; bad input is refused by
-// name and leaves nothing behind.
+namespace {
+
+/// Logits of every position of `tokens` run by the model in `path` (one thread, reference build).
+std::vector<float> logits_of(const fs::path& path, const std::vector<uint32_t>& tokens) {
+  const auto r = cortiq::cmf::Reader::open(path.string());
+  const cortiq::model::CmfTensorSource src(r);
+  auto m = cortiq::model::Model::bind(r.header().arch, src);
+  cortiq::model::KvCache kv(r.header().arch, tokens.size());
+  std::vector<float> logits(tokens.size() * m->vocab_size());
+  m->forward(tokens, kv, logits, cortiq::model::LogitsMode::All);
+  return logits;
+}
+
+}  // namespace
+
+// Issue 32 item 1, gemma and gemma2 (GemmaModel / Gemma2Model of llama.cpp's converter):
+// (a) tests/tools/hf_to_gguf.py writes the same non-tokenizer keys and tensors as our export (norms
+//     as 1 + w, no lm_head, gemma2's caps / window keys and sandwich-norm names);
+// (b) the import keeps llama.cpp's g = 1 + w and runs it as a plain x̂·g norm: every other tensor
+//     comes back byte for byte, each norm is 1.0f + w of the original, and the logits of a prompt
+//     longer than gemma2's window are bit-identical to the original CMF's; exporting the import
+//     again writes the same tensors;
+// (c) gemma3 is refused by name (llama.cpp b4748 has none).
+TEST_F(ConvertE2E, ExportGgufGemmaRoundTrips) {
+  NEED_PYTHON();
+  const std::vector<std::pair<std::string, std::string>> fams = {
+      {"gemma",
+       "--family gemma --hidden 64 --heads 4 --kv-heads 2 --layers 2 --ffn 96 --vocab 128 --tied --seed 41"},
+      {"gemma2",
+       "--family gemma2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --layers 3 --ffn 96 --vocab 128 "
+       "--tied "
+       "--sliding-window 8 --seed 42"},
+  };
+  for (const auto& [fam, args] : fams) {
+    SCOPED_TRACE(fam);
+    const fs::path hf = gen("gguf_oracle_" + fam, args);
+    const fs::path a = dir_ / ("exg_" + fam + ".cmf"), g = dir_ / ("exg_" + fam + ".gguf"),
+                   o = dir_ / ("exg_" + fam + "_oracle.gguf"), b = dir_ / ("exg_" + fam + "_back.cmf"),
+                   g2 = dir_ / ("exg_" + fam + "_again.gguf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) + "/tests/tools/hf_to_gguf.py " +
+                     hf.string() + " " + o.string(),
+                 &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const cortiq::convert::GgufFile mine(g.string()), want(o.string());
+    EXPECT_EQ(mine.metadata()["general.architecture"], fam);
+    for (const auto& k : want.metadata_keys()) {
+      if (k == "general.name") continue;
+      ASSERT_TRUE(mine.metadata().contains(k)) << k;
+      EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
+      EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
+    }
+    if (fam == "gemma2") {
+      EXPECT_EQ(want.metadata()["gemma2.attn_logit_softcapping"], 50.0);
+      EXPECT_EQ(want.metadata()["gemma2.attention.sliding_window"], 8);
+      EXPECT_NE(want.find("blk.2.post_ffw_norm.weight"), nullptr);
+    }
+    ASSERT_EQ(mine.tensors().size(), want.tensors().size());
+    for (const auto& t : want.tensors()) {
+      const auto* m = mine.find(t.name);
+      ASSERT_NE(m, nullptr) << t.name;
+      EXPECT_EQ(m->ne, t.ne) << t.name;
+      EXPECT_EQ(m->type, t.type) << t.name;
+      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+    }
+
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+    EXPECT_EQ(ra.header().arch.norm_style, cortiq::cmf::NormStyle::Gemma);
+    EXPECT_EQ(rb.header().arch.norm_style, cortiq::cmf::NormStyle::Qwen);
+    EXPECT_EQ(rb.header().arch.arch_name, fam);
+    EXPECT_EQ(rb.header().arch.layer_types, ra.header().arch.layer_types);
+    EXPECT_EQ(rb.header().arch.sliding_window, ra.header().arch.sliding_window);
+    EXPECT_EQ(rb.header().arch.attn_logit_softcapping, ra.header().arch.attn_logit_softcapping);
+    EXPECT_EQ(rb.header().arch.final_logit_softcapping, ra.header().arch.final_logit_softcapping);
+    EXPECT_EQ(rb.header().arch.query_pre_attn_scalar, ra.header().arch.query_pre_attn_scalar);
+    EXPECT_EQ(rb.header().arch.embed_multiplier, ra.header().arch.embed_multiplier);
+    ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
+    size_t norms = 0;
+    for (const auto& ta : ra.tensors()) {
+      const auto* tb = rb.find(ta.name);
+      ASSERT_NE(tb, nullptr) << ta.name;
+      ASSERT_EQ(ta.shape, tb->shape) << ta.name;
+      std::vector<float> va = decode_all(ra, ta);
+      if (ta.name.ends_with("norm.weight")) {
+        ++norms;
+        for (float& x : va) x = 1.0f + x;
+      }
+      EXPECT_EQ(decode_all(rb, *tb), va) << ta.name;
+    }
+    EXPECT_EQ(norms, fam == "gemma" ? 2u * 2 + 1 : 3u * 4 + 1);
+    std::vector<uint32_t> prompt;
+    for (uint32_t i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % 128);
+    const std::vector<float> la = logits_of(a, prompt), lb = logits_of(b, prompt);
+    EXPECT_EQ(la, lb);
+    EXPECT_TRUE(std::any_of(la.begin(), la.end(), [](float x) { return x != 0; }));
+
+    log = cli("export-gguf " + b.string() + " -o " + g2.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const cortiq::convert::GgufFile again(g2.string());
+    ASSERT_EQ(again.tensors().size(), mine.tensors().size());
+    for (const auto& t : mine.tensors()) {
+      const auto* m = again.find(t.name);
+      ASSERT_NE(m, nullptr) << t.name;
+      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+    }
+  }
+  // (c) gemma3: refused by name, nothing written
+  const fs::path hf3 = gen("gguf_gemma3",
+                           "--family gemma3_text --hidden 64 --heads 4 --kv-heads 2 --layers 2 "
+                           "--ffn 96 --vocab 128 --tied --seed 43");
+  int rc = 0;
+  std::string log = cli("convert " + hf3.string() + " --quant f32 -o " + (dir_ / "exg3.cmf").string(), &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = cli("export-gguf " + (dir_ / "exg3.cmf").string() + " -o " + (dir_ / "exg3_bad.gguf").string(), &rc);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("gemma3"), std::string::npos) << log;
+  EXPECT_NE(log.find("b4748"), std::string::npos) << log;
+  EXPECT_TRUE(leftovers("exg3_bad").empty());
+}
+
+// A defragged specialist (FFN widths differing per layer) exports as llama.cpp's `deci` (its llama
+// builds every layer with one width) with deci.feed_forward_length an array of those widths, and
+// imports back as llama to the same tensors; stories260K's SentencePiece tokenizer survives the trip
+// with the same ids on the TinyStories sample; bad input is refused by name and leaves nothing behind.
 TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
   const fs::path hf = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K-hf";
   if (!fs::exists(hf / "model.safetensors")) GTEST_SKIP() << "../shared missing";
@@ -1270,13 +1417,18 @@ TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
   log = cli("export-gguf " + cut.string() + " -o " + g.string(), &rc);
   ASSERT_EQ(rc, 0) << log;
   const cortiq::convert::GgufFile gf(g.string());
-  ASSERT_EQ(gf.metadata_type("llama.feed_forward_length"), 9);  // an array
-  EXPECT_EQ(gf.metadata()["llama.feed_forward_length"].get<std::vector<uint32_t>>(), widths);
+  EXPECT_EQ(gf.metadata()["general.architecture"], "deci");
+  EXPECT_FALSE(gf.metadata().contains("llama.feed_forward_length"));
+  ASSERT_EQ(gf.metadata_type("deci.feed_forward_length"), 9);  // an array
+  EXPECT_EQ(gf.metadata()["deci.feed_forward_length"].get<std::vector<uint32_t>>(), widths);
+  EXPECT_EQ(gf.metadata()["deci.attention.head_count"], src.header().arch.num_attention_heads);
+  EXPECT_EQ(gf.metadata()["deci.vocab_size"], src.header().arch.vocab_size);
   EXPECT_EQ(gf.metadata()["tokenizer.ggml.model"], "llama");
   log = cli("convert " + g.string() + " --quant f32 -o " + back.string(), &rc);
   ASSERT_EQ(rc, 0) << log;
   expect_same_tensors(cut, back, true);
   const auto ra = cortiq::cmf::Reader::open(cut.string()), rb = cortiq::cmf::Reader::open(back.string());
+  EXPECT_EQ(rb.header().arch.arch_name, "llama");
   const auto ta = cortiq::Tokenizer::from_json(std::string(ra.vocab().begin(), ra.vocab().end()));
   const auto tb = cortiq::Tokenizer::from_json(std::string(rb.vocab().begin(), rb.vocab().end()));
   const std::string text = slurp(fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" /
@@ -1293,6 +1445,113 @@ TEST_F(ConvertE2E, ExportGgufOfADefraggedStories260K) {
         << log;
   }
   EXPECT_TRUE(leftovers("exd_bad").empty());
+}
+
+// Issue 32: a tokenizer with more ids than the embedding has rows (some checkpoints) exports with
+// exactly one token per row, as llama.cpp requires: the ids past the rows are dropped with a note
+// naming their count, a BPE's merges that use or make a dropped token go too, and the kept ones
+// encode the sample as before (stories260K's SentencePiece BPE cut to 500 of 512 rows, Qwen2.5's
+// byte-level BPE cut to 151600 of 151665 ids).
+TEST_F(ConvertE2E, ExportGgufDropsTokenIdsPastTheEmbedding) {
+  NEED_PYTHON();
+  const fs::path qwen_tok = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "tokenizer-qwen2.5";
+  struct Case {
+    std::string name, args;
+    uint32_t rows, dropped;
+  };
+  std::vector<Case> cases = {
+      {"spm",
+       "--family llama --hidden 32 --heads 2 --kv-heads 1 --layers 1 --ffn 32 --vocab 500 "
+       "--tokenizer-dir " +
+           std::string(CORTIQ_SOURCE_DIR) + "/models/stories260K --seed 51",
+       500, 12}};
+  if (fs::exists(qwen_tok / "tokenizer.json"))
+    cases.push_back(
+        {"bpe",
+         "--family qwen2 --hidden 32 --heads 2 --kv-heads 1 --layers 1 --ffn 32 --vocab 151600 --tied "
+         "--tokenizer qwen2.5 --seed 52",
+         151600, 65});
+  const std::string text =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine, and "
+      "her dog Max ran after the red ball 42 times!";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path hf = gen("gguf_tokcut_" + c.name, c.args);
+    const fs::path a = dir_ / ("extok_" + c.name + ".cmf"), g = dir_ / ("extok_" + c.name + ".gguf"),
+                   b = dir_ / ("extok_" + c.name + "_back.cmf");
+    int rc = 0;
+    std::string log = cli("convert " + hf.string() + " --quant f32 -o " + a.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    log = cli("export-gguf " + a.string() + " -o " + g.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find(fmt::format("{} token id(s) past the embedding's {} rows", c.dropped, c.rows)),
+              std::string::npos)
+        << log;
+    const cortiq::convert::GgufFile gf(g.string());
+    const auto& tokens = gf.metadata()["tokenizer.ggml.tokens"];
+    ASSERT_EQ(tokens.size(), c.rows);
+    EXPECT_EQ(gf.metadata()["tokenizer.ggml.token_type"].size(), c.rows);
+    if (gf.metadata().contains("tokenizer.ggml.merges")) {  // every merge joins and makes kept tokens
+      std::set<std::string> kept;
+      for (const auto& t : tokens) kept.insert(t.get<std::string>());
+      size_t n = 0;
+      for (const auto& m : gf.metadata()["tokenizer.ggml.merges"]) {
+        const std::string s = m.get<std::string>();
+        const size_t sp = s.find(' ', 1);
+        ASSERT_NE(sp, std::string::npos) << s;
+        const std::string l = s.substr(0, sp), r = s.substr(sp + 1);
+        ASSERT_TRUE(kept.count(l) && kept.count(r) && kept.count(l + r)) << s;
+        ++n;
+      }
+      EXPECT_GT(n, 150000u);
+    }
+    log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
+    ASSERT_EQ(rc, 0) << log;
+    const auto ra = cortiq::cmf::Reader::open(a.string()), rb = cortiq::cmf::Reader::open(b.string());
+    const auto ta = cortiq::Tokenizer::from_json(std::string(ra.vocab().begin(), ra.vocab().end()));
+    const auto tb = cortiq::Tokenizer::from_json(std::string(rb.vocab().begin(), rb.vocab().end()));
+    const auto ids = ta.encode(text, false);
+    EXPECT_GT(ids.size(), 20u);
+    EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [&](auto id) { return id < c.rows; }));
+    EXPECT_EQ(tb.encode(text, false), ids);
+  }
+}
+
+// Issue 32 item 6's oracle on a large vocabulary: Mistral-7B v0.1's tokenizer (../shared) has a
+// tokenizer.json and no tokenizer.model, so tests/tools/spm_from_tokenizer_json.py writes a
+// ModelProto from it (scores standing for its merge order). Our SentencePiece reader rebuilds a
+// tokenizer from that file that gives the very ids of the tokenizer.json on the TinyStories sample
+// and on text that needs the byte fallback. It proves the reader, not Mistral's own scores.
+TEST_F(ConvertE2E, MistralTokenizerModelEncodesAsItsTokenizerJson) {
+  const fs::path dir = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "models" / "tokenizer-mistral-7b-v0.1";
+  const fs::path sample = fs::path(CORTIQ_SOURCE_DIR) / ".." / "shared" / "data" / "tinystories-sample" /
+                          "tinystories_sample.txt";
+  if (!fs::exists(dir / "tokenizer.json") || !fs::exists(sample)) GTEST_SKIP() << "../shared missing";
+  fs::path model = dir / "tokenizer.model";
+  if (!fs::exists(model)) {
+    model = dir_ / "mistral_tokenizer.model";
+    int rc = 0;
+    const std::string log = run_sh("/usr/bin/python3 " + std::string(CORTIQ_SOURCE_DIR) +
+                                       "/tests/tools/spm_from_tokenizer_json.py " +
+                                       (dir / "tokenizer.json").string() + " " + model.string(),
+                                   &rc);
+    ASSERT_EQ(rc, 0) << log;
+  }
+  const std::string proto = slurp(model);
+  const std::string rebuilt = cortiq::convert::tokenizer_json_from_sentencepiece(
+      std::span(reinterpret_cast<const uint8_t*>(proto.data()), proto.size()), model.string());
+  const auto from_model = cortiq::Tokenizer::from_json(rebuilt);
+  const auto from_json = cortiq::Tokenizer::from_json(slurp(dir / "tokenizer.json"));
+  std::string text = slurp(sample);
+  text.resize(std::min<size_t>(text.size(), 200000));
+  for (const std::string& t :
+       {text,
+        std::string(
+            "  Ünïcödé façade, 日本語のテキスト, emoji 🦙🚀, tabs\tand\nnew lines  ")}) {
+    const auto want = from_json.encode(t, true);
+    EXPECT_GT(want.size(), 20u);
+    EXPECT_EQ(from_model.encode(t, true), want);
+  }
 }
 
 // Issue 32 item 2: `run` takes a .gguf directly. The first run converts it once into

@@ -345,6 +345,9 @@ ConvertResult convert_gguf(const ConvertOptions& opt) {
   const nlohmann::json config = hf_config_from_gguf(g);
   cmf::ModelArch arch = arch_from_hf(config);
   arch.mtp.reset();
+  // gemma's norm weights are llama.cpp's g = 1 + w (GemmaModel.modify_tensors): kept as they are and
+  // run as x̂·g, which is the runtime's x̂·(1 + w) bit for bit (it computes 1.0f + w in f32 too)
+  if (arch.norm_style == cmf::NormStyle::Gemma) arch.norm_style = cmf::NormStyle::Qwen;
   const bool permuted = arch.arch_name == "llama";  // convert_hf_to_gguf's LlamaModel.permute
   struct Src {
     std::string name;

@@ -34,8 +34,16 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"self_attn.k_norm", "attn_k_norm"},
 };
 
-/// The GGUF name of a CMF tensor, "" for one GGUF has no place for.
-std::string gguf_name(const std::string& n) {
+/// gemma2's sandwich norms (gguf-py constants.py: ATTN_POST_NORM, FFN_PRE_NORM, FFN_POST_NORM): there
+/// post_attention_layernorm follows the attention, and pre_feedforward_layernorm is the FFN's input norm.
+constexpr std::pair<std::string_view, std::string_view> kGemma2Norms[] = {
+    {"post_attention_layernorm", "post_attention_norm"},
+    {"pre_feedforward_layernorm", "ffn_norm"},
+    {"post_feedforward_layernorm", "post_ffw_norm"},
+};
+
+/// The GGUF name of a CMF tensor of GGUF architecture `arch`, "" for one GGUF has no place for.
+std::string gguf_name(const std::string& n, const std::string& arch) {
   if (n == "model.embed_tokens.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
   if (n == "lm_head.weight") return "output.weight";
@@ -45,6 +53,9 @@ std::string gguf_name(const std::string& n) {
   if (dot == std::string::npos) return "";
   const std::string layer = n.substr(pre.size(), dot - pre.size());
   const std::string tail = n.substr(dot + 1);
+  if (arch == "gemma2")
+    for (auto [hf, g] : kGemma2Norms)
+      if (tail == std::string(hf) + ".weight") return "blk." + layer + "." + std::string(g) + ".weight";
   for (auto [hf, g] : kLayerNames)
     for (std::string_view suffix : {".weight", ".bias"})
       if (tail.size() == hf.size() + suffix.size() && tail.starts_with(hf) && tail.ends_with(suffix))
@@ -69,6 +80,7 @@ struct Out {
   std::vector<uint64_t> shape;
   GgmlType type = GgmlType::F32;
   uint32_t permute_heads = 0;
+  bool plus_one = false;      ///< a gemma norm: written as 1 + w (GemmaModel.modify_tensors)
   std::vector<float> values;  ///< a tensor made here (rope_freqs), no parts
 };
 
@@ -105,12 +117,18 @@ ExportResult export_gguf(const ExportOptions& opt) {
          opt.input);
   std::string arch = a.arch_name;
   if (arch == "mistral") arch = "llama";  // llama.cpp writes Mistral as llama
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
+  if (arch == "gemma3" || arch == "gemma3_text")
     fail(ErrorKind::Unsupported,
-         "architecture '{}': export-gguf writes llama, mistral, qwen2, qwen3 and phi3 (the llama.cpp names "
-         "this "
-         "exporter writes and `cortiq convert model.gguf` reads back)",
+         "architecture '{}': llama.cpp b4748 (the version this export is checked against) has no gemma3; "
+         "export-gguf writes llama, mistral, qwen2, qwen3, phi3, gemma and gemma2",
          a.arch_name);
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "gemma" &&
+      arch != "gemma2")
+    fail(ErrorKind::Unsupported,
+         "architecture '{}': export-gguf writes llama, mistral, qwen2, qwen3, phi3, gemma and gemma2 (the "
+         "llama.cpp names this exporter writes and `cortiq convert model.gguf` reads back)",
+         a.arch_name);
+  const bool gemma = arch == "gemma" || arch == "gemma2";
   const auto refuse = [&](bool has, const char* what) {
     if (has)
       fail(ErrorKind::Unsupported, "'{}': {} cannot be written to a GGUF '{}' model", opt.input, what, arch);
@@ -119,13 +137,51 @@ ExportResult export_gguf(const ExportOptions& opt) {
   refuse(a.mla.has_value(), "multi-head latent attention");
   refuse(a.linear_core.has_value(), "linear attention layers");
   refuse(a.attention_heads_per_layer.has_value(), "per-layer attention head counts");
-  refuse(a.final_logit_softcapping.has_value() || a.attn_logit_softcapping.has_value(), "logit softcapping");
   refuse(a.num_loops != 1, "looped layers");
-  refuse(a.embed_multiplier != 1.0 || a.logit_multiplier.has_value(), "embedding/logit multipliers");
-  if (arch != "phi3" && a.sliding_window &&
-      std::any_of(a.layer_types.begin(), a.layer_types.end(),
-                  [](auto t) { return t == cmf::LayerType::SlidingAttention; }))
-    refuse(true, "sliding-window attention");
+  refuse(a.logit_multiplier.has_value(), "a logit multiplier");
+  refuse(a.attn_v_norm, "a V norm");
+  // llama.cpp's gemma/gemma2 graphs: x·sqrt(hidden) embeddings, GELU (tanh), tied output, (1 + w) norms
+  const double sqrt_hidden = std::sqrt(static_cast<double>(a.hidden_size));
+  if (gemma) {
+    refuse(std::fabs(a.embed_multiplier - sqrt_hidden) > 1e-6 * sqrt_hidden,
+           "an embedding multiplier other than sqrt(hidden_size)");
+    refuse(a.hidden_act != cmf::HiddenAct::GeluTanh, "an activation other than GELU (tanh)");
+    refuse(!a.tie_word_embeddings,
+           "an lm_head of its own (llama.cpp's gemma uses token_embd as the output, its converter drops "
+           "lm_head.weight)");
+  } else {
+    refuse(a.embed_multiplier != 1.0, "an embedding multiplier");
+    refuse(a.hidden_act != cmf::HiddenAct::Silu, "an activation other than SiLU");
+    refuse(a.norm_style == cmf::NormStyle::Gemma, "(1 + w) norms");
+  }
+  if (arch == "gemma2") {
+    // Gemma2Model.set_gguf_parameters writes both caps; llama.cpp applies both unconditionally
+    refuse(!a.attn_logit_softcapping || !a.final_logit_softcapping,
+           "no attention or final logit softcapping (llama.cpp's gemma2 always applies both)");
+    // llama.cpp's gemma2: layer il uses the sliding window when il % 2 == 0
+    for (uint32_t l = 0; l < a.num_layers; ++l)
+      refuse((a.layer_types[l] == cmf::LayerType::SlidingAttention) != (l % 2 == 0),
+             "a sliding-window schedule other than gemma2's (even layers sliding)");
+    refuse(!a.sliding_window, "sliding layers without a window");
+    // llama.cpp's gemma2 scales Q by 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for its 46-layer 27B
+    const double scalar = a.num_layers == 46 ? double(a.hidden_size) / a.num_attention_heads : a.head_dim;
+    refuse(a.query_pre_attn_scalar.value_or(a.head_dim) != scalar,
+           "a query_pre_attn_scalar other than llama.cpp's (head_dim; hidden/heads for 46 layers)");
+    if (a.num_layers != 26 && a.num_layers != 42 && a.num_layers != 46)
+      res.notes.push_back(
+          fmt::format("llama.cpp b4748 loads gemma2 only with 26, 42 or 46 layers (its model "
+                      "types 2B/9B/27B); this one has {}",
+                      a.num_layers));
+  } else {
+    refuse(a.final_logit_softcapping.has_value() || a.attn_logit_softcapping.has_value(),
+           "logit softcapping");
+    refuse(a.query_pre_attn_scalar.has_value() && *a.query_pre_attn_scalar != a.head_dim,
+           "a query_pre_attn_scalar other than head_dim");
+    if (arch != "phi3" && a.sliding_window &&
+        std::any_of(a.layer_types.begin(), a.layer_types.end(),
+                    [](auto t) { return t == cmf::LayerType::SlidingAttention; }))
+      refuse(true, "sliding-window attention");
+  }
 
   // the skill applied: its tensors replace the backbone's
   std::string skill = opt.skill == "none" ? "" : opt.skill;
@@ -166,7 +222,7 @@ ExportResult export_gguf(const ExportOptions& opt) {
   for (const auto& t : r.tensors()) {
     if (t.name.starts_with("skill.")) continue;
     const auto place = cmf::parse_tensor_name(t.name);
-    std::string g = gguf_name(t.name);
+    std::string g = gguf_name(t.name, arch);
     if (g.empty()) {
       res.notes.push_back(fmt::format("tensor '{}' has no GGUF name and is not exported", t.name));
       continue;
@@ -189,7 +245,7 @@ ExportResult export_gguf(const ExportOptions& opt) {
         auto it = by_name.find(g);
         if (it == by_name.end()) {
           by_name[g] = outs.size();
-          outs.push_back({g, {}, {0}, GgmlType::F32, 0, {}});
+          outs.push_back({g, {}, {0}, GgmlType::F32, 0, false, {}});
           if (t.shape.size() == 2) outs.back().shape.push_back(t.shape[1]);
           it = by_name.find(g);
         }
@@ -204,7 +260,9 @@ ExportResult export_gguf(const ExportOptions& opt) {
         continue;
       }
     }
-    Out o{g, {src}, t.shape, GgmlType::F32, 0, {}};
+    Out o{g, {src}, t.shape, GgmlType::F32, 0, false, {}};
+    // GemmaModel.modify_tensors: every `*norm.weight` + 1, as HF's Gemma norm computes x̂·(1 + w)
+    o.plus_one = a.norm_style == cmf::NormStyle::Gemma && t.name.ends_with("norm.weight");
     if (permute && place && (place->role == cmf::TensorRole::Q || place->role == cmf::TensorRole::K))
       o.permute_heads = place->role == cmf::TensorRole::Q ? a.num_attention_heads : a.num_kv_heads;
     by_name[g] = outs.size();
@@ -217,6 +275,17 @@ ExportResult export_gguf(const ExportOptions& opt) {
   if (!by_name.count("token_embd.weight"))
     fail(ErrorKind::Parse, "'{}' has no model.embed_tokens.weight", opt.input);
   res.ffn_widths = widths;
+  // per-layer FFN widths (a defragged specialist): llama.cpp b4748's llama arch builds every layer
+  // with one width (hparams.n_ff()); its deci arch (DeciLM / Nemotron-NAS) reads n_ff(il) per layer
+  // and is llama otherwise (same tensors, Q/K permutation, RoPE). The other families have none.
+  const bool per_layer =
+      std::any_of(widths.begin(), widths.end(), [&](uint32_t x) { return x != widths[0]; });
+  if (per_layer && arch != "llama")
+    fail(ErrorKind::Unsupported,
+         "'{}': its FFN widths differ per layer (a defragged specialist) and llama.cpp b4748 has no "
+         "per-layer-width architecture for '{}' (only llama's, as 'deci'); export the file before defrag",
+         opt.input, arch);
+  const std::string gguf_arch = per_layer ? "deci" : arch;
 
   // RoPE scaling: yarn / equal factors (linear) as keys, other factors (llama3) as rope_freqs
   std::optional<double> linear;
@@ -225,7 +294,7 @@ ExportResult export_gguf(const ExportOptions& opt) {
     if (std::all_of(f.begin(), f.end(), [&](double x) { return x == f[0]; })) {
       linear = f[0];
     } else if (arch == "llama") {
-      Out rf{"rope_freqs.weight", {}, {f.size()}, GgmlType::F32, 0, {}};
+      Out rf{"rope_freqs.weight", {}, {f.size()}, GgmlType::F32, 0, false, {}};
       rf.values.assign(f.begin(), f.end());
       outs.insert(outs.begin(), std::move(rf));
     } else {
@@ -279,13 +348,13 @@ ExportResult export_gguf(const ExportOptions& opt) {
 
   // metadata
   GgufWriter w;
-  res.arch = arch;
+  res.arch = gguf_arch;
   std::string name = std::filesystem::path(opt.input).stem().string();
   if (h.provenance.is_object() && h.provenance.contains("source_model") &&
       h.provenance["source_model"].is_string())
     name = h.provenance["source_model"].get<std::string>();
   using V = GgufValueType;
-  w.add("general.architecture", V::String, arch);
+  w.add("general.architecture", V::String, gguf_arch);
   w.add("general.name", V::String, name);
   const uint32_t file_type = main_type == GgmlType::F32    ? 0
                              : main_type == GgmlType::F16  ? 1
@@ -294,13 +363,13 @@ ExportResult export_gguf(const ExportOptions& opt) {
                                                            : 32;  // LlamaFileType MOSTLY_BF16
   w.add("general.file_type", V::U32, file_type);
   w.add("general.quantization_version", V::U32, 2);  // as gguf-py writes it, quantized or not
-  const std::string k = arch + ".";
+  const std::string k = gguf_arch + ".";
   w.add(k + "context_length", V::U32, a.max_position_embeddings);
   w.add(k + "embedding_length", V::U32, a.hidden_size);
   w.add(k + "block_count", V::U32, a.num_layers);
-  if (std::all_of(widths.begin(), widths.end(), [&](uint32_t x) { return x == widths[0]; }))
+  if (!per_layer)
     w.add(k + "feed_forward_length", V::U32, widths.empty() ? a.intermediate_size : widths[0]);
-  else
+  else  // DeciModel: a list of ints, written by gguf-py as an INT32 array
     w.add_array(k + "feed_forward_length", V::I32, json(widths));
   w.add(k + "attention.head_count", V::U32, a.num_attention_heads);
   w.add(k + "attention.head_count_kv", V::U32, a.num_kv_heads);
@@ -315,6 +384,11 @@ ExportResult export_gguf(const ExportOptions& opt) {
     w.add(k + "rope.scaling.original_context_length", V::U32,
           a.yarn ? a.yarn->original_max_position_embeddings : a.max_position_embeddings);
     w.add(k + "attention.sliding_window", V::U32, a.sliding_window.value_or(0));
+  }
+  if (arch == "gemma2") {  // Gemma2Model.set_gguf_parameters
+    w.add(k + "attn_logit_softcapping", V::F32, *a.attn_logit_softcapping);
+    w.add(k + "final_logit_softcapping", V::F32, *a.final_logit_softcapping);
+    w.add(k + "attention.sliding_window", V::U32, *a.sliding_window);
   }
   if (arch == "llama") {
     w.add(k + "vocab_size", V::U32, a.vocab_size);
@@ -332,7 +406,16 @@ ExportResult export_gguf(const ExportOptions& opt) {
   const cmf::TokenizerBundle* bundle = h.tokenizer_config ? &*h.tokenizer_config : nullptr;
   if (!r.vocab().empty()) {
     const std::string tj(r.vocab().begin(), r.vocab().end());
-    for (GgufKv& kv : tokenizer_to_gguf(tj, bundle, a.vocab_size)) w.add(kv);
+    // the embedding's rows, which llama.cpp requires the token list to match
+    const cmf::TensorInfo* embed = r.find("model.embed_tokens.weight");
+    const auto rows = static_cast<uint32_t>(embed && !embed->shape.empty() ? embed->shape[0] : a.vocab_size);
+    uint32_t dropped = 0;
+    for (GgufKv& kv : tokenizer_to_gguf(tj, bundle, rows, &dropped)) w.add(kv);
+    if (dropped)
+      res.notes.push_back(
+          fmt::format("the tokenizer has {} token id(s) past the embedding's {} rows: dropped "
+                      "from the GGUF vocabulary (llama.cpp needs one token per row)",
+                      dropped, rows));
   } else {
     res.notes.push_back("the file has no tokenizer (vocab section): the GGUF carries none");
     if (bundle && bundle->bos_token_id) w.add("tokenizer.ggml.bos_token_id", V::U32, *bundle->bos_token_id);
@@ -359,6 +442,17 @@ ExportResult export_gguf(const ExportOptions& opt) {
     }
     std::vector<uint8_t> bytes;
     bool exact = true;
+    if (o.plus_one) {  // a gemma norm (1-D, F32): 1 + w in f32, as the runtime's Gemma norm computes it
+      const cmf::TensorInfo* p = o.parts[0];
+      const auto payload = r.payload(*p);
+      std::vector<float> v(p->numel());
+      quant::decode(p->dtype, p->shape, payload, v);
+      for (float& x : v) x = 1.0f + x;
+      r.release(payload);
+      if (bar) bar->advance(payload.size());
+      ++res.exact;
+      return ggml_encode(GgmlType::F32, v, v.size());
+    }
     for (const cmf::TensorInfo* p : o.parts) {
       const auto payload = r.payload(*p);
       std::optional<std::vector<uint8_t>> b = ggml_exact_from_cmf(o.type, p->dtype, p->shape, payload);

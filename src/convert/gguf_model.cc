@@ -34,6 +34,22 @@ struct Md {
       fail(ErrorKind::Parse, "GGUF key '{}' must be a non-negative integer, not {}", key(k), v->dump());
     return v->get<uint64_t>();
   }
+  /// `{arch}.k` as one non-negative integer: a scalar, or an array of equal ones (llama.cpp's
+  /// get_key_or_arr, as deci writes per-layer head counts); nullopt when absent. Throws
+  /// Error(Unsupported) naming the key when the array's values differ.
+  std::optional<uint64_t> uniform_uint(std::string_view k) const {
+    const json* v = get(key(k));
+    if (!v || !v->is_array()) return uint(k);
+    if (v->empty()) fail(ErrorKind::Parse, "GGUF key '{}' is an empty array", key(k));
+    for (const json& x : *v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        fail(ErrorKind::Parse, "GGUF key '{}' holds {}, not a non-negative integer", key(k), x.dump());
+      if (x != v->front())
+        fail(ErrorKind::Unsupported, "GGUF key '{}' = {}: per-layer values are not supported from GGUF input",
+             key(k), v->dump());
+    }
+    return v->front().get<uint64_t>();
+  }
   uint64_t need_uint(std::string_view k) const {
     auto v = uint(k);
     if (!v) fail(ErrorKind::Parse, "GGUF key '{}' is missing", key(k));
@@ -103,6 +119,13 @@ constexpr std::pair<std::string_view, cmf::TensorRole> kLayerNames[] = {
     {"attn_qkv", cmf::TensorRole::FusedQkv},  // phi3
 };
 
+/// gemma2's per-layer norms: post_attention_norm follows the attention, ffn_norm is the FFN's input.
+constexpr std::pair<std::string_view, cmf::TensorRole> kGemma2Norms[] = {
+    {"post_attention_norm", cmf::TensorRole::PostAttnNorm},
+    {"ffn_norm", cmf::TensorRole::PreFfnNorm},
+    {"post_ffw_norm", cmf::TensorRole::PostFfnNorm},
+};
+
 /// GGUF's whole-model tensor names and their roles.
 constexpr std::pair<std::string_view, cmf::TensorRole> kModelNames[] = {
     {"token_embd.weight", cmf::TensorRole::Embed},
@@ -132,7 +155,7 @@ json hf_config_from_gguf(const GgufFile& f) {
     fail(ErrorKind::Unsupported, "GGUF general.architecture '{}' is not supported (supported: {})", md.arch,
          gguf_architectures());
   json c;
-  c["model_type"] = md.arch;
+  c["model_type"] = md.arch == "deci" ? std::string("llama") : md.arch;
   c["architectures"] = json::array({std::string(known->hf_class)});
   c["hidden_size"] = md.need_uint("embedding_length");
   c["num_hidden_layers"] = md.need_uint("block_count");
@@ -151,9 +174,14 @@ json hf_config_from_gguf(const GgufFile& f) {
   } else {
     c["intermediate_size"] = md.need_uint("feed_forward_length");
   }
-  const uint64_t heads = md.need_uint("attention.head_count");
+  const auto heads_or = md.uniform_uint("attention.head_count");
+  if (!heads_or) fail(ErrorKind::Parse, "GGUF key '{}' is missing", md.key("attention.head_count"));
+  const uint64_t heads = *heads_or;
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = md.uint("attention.head_count_kv").value_or(heads);
+  c["num_key_value_heads"] = md.uniform_uint("attention.head_count_kv").value_or(heads);
+  if (c["num_key_value_heads"] == 0)  // deci's attention-free (linear / no-op) layers
+    fail(ErrorKind::Unsupported, "GGUF key '{}' = 0: layers without attention are not supported",
+         md.key("attention.head_count_kv"));
   if (auto kl = md.uint("attention.key_length")) c["head_dim"] = *kl;
   c["rms_norm_eps"] = md.num("attention.layer_norm_rms_epsilon").value_or(1e-5);
   c["rope_theta"] = md.num("rope.freq_base").value_or(10000.0);
@@ -186,10 +214,23 @@ json hf_config_from_gguf(const GgufFile& f) {
     }
     if (auto w = md.uint("attention.sliding_window"); w && *w > 0) c["sliding_window"] = *w;
     if (auto o = md.uint("rope.scaling.original_context_length")) c["original_max_position_embeddings"] = *o;
+  } else if (md.arch == "gemma2") {
+    // what llama.cpp b4748's gemma2 graph runs (llama-model.cpp's defaults where a key is absent):
+    // both caps, the window on even layers (transformers' Gemma2 layout), Q scaled by
+    // 1/sqrt(head_dim), for its 46-layer 27B by 1/sqrt(hidden/heads)
+    c["attn_logit_softcapping"] = md.num("attn_logit_softcapping").value_or(50.0);
+    c["final_logit_softcapping"] = md.num("final_logit_softcapping").value_or(30.0);
+    c["sliding_window"] = md.uint("attention.sliding_window").value_or(4096);
+    const uint64_t hidden = c["hidden_size"].get<uint64_t>();
+    const uint64_t head_dim =
+        c.contains("head_dim") ? c["head_dim"].get<uint64_t>() : hidden / std::max<uint64_t>(heads, 1);
+    c["query_pre_attn_scalar"] =
+        c["num_hidden_layers"].get<uint64_t>() == 46 ? hidden / std::max<uint64_t>(heads, 1) : head_dim;
   } else if (md.get(md.key("attention.sliding_window"))) {
     fail(ErrorKind::Unsupported, "GGUF key '{}': sliding-window attention is not supported from GGUF input",
          md.key("attention.sliding_window"));
   }
+  if (md.arch == "gemma" || md.arch == "gemma2") c["hidden_activation"] = "gelu_pytorch_tanh";
   for (const auto& [k, hf] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                               std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
                               std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}})
@@ -213,6 +254,9 @@ std::string hf_name_from_gguf(std::string_view g, std::string_view arch) {
       const auto r = std::from_chars(rest.data(), rest.data() + dot, layer);
       if (r.ec == std::errc() && r.ptr == rest.data() + dot) {
         const std::string_view tail = rest.substr(dot + 1);  // e.g. attn_q.weight
+        if (arch == "gemma2")  // the sandwich norms (gguf-py: ATTN_POST_NORM, FFN_PRE_NORM, FFN_POST_NORM)
+          for (auto [gg, role] : kGemma2Norms)
+            if (tail == std::string(gg) + ".weight") return cmf::tensor_name(role, layer);
         for (auto [gg, role] : kLayerNames)
           for (std::string_view suffix : {".weight", ".bias"})
             if (tail.size() == gg.size() + suffix.size() && tail.starts_with(gg) && tail.ends_with(suffix)) {

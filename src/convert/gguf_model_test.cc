@@ -18,7 +18,21 @@ namespace {
 
 // The message list names the table's architectures, in its order.
 TEST(GgufModel, ArchitectureListMatchesTheTable) {
-  EXPECT_EQ(gguf_architectures(), "llama, qwen2, qwen3, phi3");
+  EXPECT_EQ(gguf_architectures(), "llama, qwen2, qwen3, phi3, gemma, gemma2, deci");
+}
+
+// gemma2's sandwich norms (gguf-py ATTN_POST_NORM / FFN_PRE_NORM / FFN_POST_NORM); ffn_norm is the
+// pre-FFN norm there and post_attention_layernorm elsewhere.
+TEST(GgufModel, Gemma2NormNames) {
+  EXPECT_EQ(hf_name_from_gguf("blk.1.post_attention_norm.weight", "gemma2"),
+            "model.layers.1.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.ffn_norm.weight", "gemma2"),
+            "model.layers.1.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.post_ffw_norm.weight", "gemma2"),
+            "model.layers.1.post_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_name_from_gguf("blk.1.ffn_norm.weight", "gemma"),
+            "model.layers.1.post_attention_layernorm.weight");
+  EXPECT_THROW(hf_name_from_gguf("blk.1.post_ffw_norm.weight", "gemma"), Error);
 }
 
 TEST(GgufModel, TensorNames) {

@@ -506,7 +506,8 @@ GgufKv arr(std::string key, GgufValueType elem, json v) {
 }  // namespace
 
 std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const cmf::TokenizerBundle* bundle,
-                                      uint32_t vocab_size) {
+                                      uint32_t vocab_size, uint32_t* dropped) {
+  if (dropped) *dropped = 0;
   json tj;
   try {
     tj = json::parse(tokenizer_json);
@@ -560,7 +561,11 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
       place(a["id"].get<uint64_t>(), a["content"].get<std::string>(),
             a.value("special", false) ? kControl : kUserDefined);
     }
-  if (tokens.size() < vocab_size) {
+  // exactly vocab_size tokens, as many as the embedding has rows (llama.cpp checks): padded, or the
+  // ids past the rows dropped (the model cannot produce or embed them); 0: the tokenizer's own count
+  if (vocab_size > 0) {
+    if (tokens.size() > vocab_size && dropped)
+      *dropped = static_cast<uint32_t>(std::count(known.begin() + vocab_size, known.end(), true));
     tokens.resize(vocab_size);
     types.resize(vocab_size, kUnused);
     known.resize(vocab_size, false);
@@ -577,7 +582,15 @@ std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const c
   std::vector<std::string> merges;
   if (model.contains("merges") && model["merges"].is_array()) {
     merges.reserve(model["merges"].size());
-    for (size_t i = 0; i < model["merges"].size(); ++i) merges.push_back(merge_text(model["merges"][i], i));
+    for (size_t i = 0; i < model["merges"].size(); ++i) {
+      std::string m = merge_text(model["merges"][i], i);
+      // a merge of or into a dropped token would make llama.cpp's BPE produce an id it has not
+      const size_t sp = m.find(' ', 1);
+      if (sp != std::string::npos && (!ids.count(m.substr(0, sp)) || !ids.count(m.substr(sp + 1)) ||
+                                      !ids.count(m.substr(0, sp) + m.substr(sp + 1))))
+        continue;
+      merges.push_back(std::move(m));
+    }
   }
 
   std::vector<GgufKv> out;

@@ -65,7 +65,11 @@ namespace cortiq::convert {
 
 /// The tokenizer.ggml.* keys llama.cpp's convert_hf_to_gguf.py writes for a model whose
 /// tokenizer is `tokenizer_json` (a CMF vocab section) with the chat facts of `bundle` (may be
-/// null), padded to `vocab_size` tokens with `[PAD{id}]` (token type unused) as that converter pads:
+/// null), padded to `vocab_size` tokens with `[PAD{id}]` (token type unused) as that converter pads,
+/// or cut to `vocab_size` (the embedding's rows, which llama.cpp requires the token list to match)
+/// when the tokenizer has more ids: the ids past it are dropped with the merges that use or make
+/// them, and `*dropped` (when not null) gets how many real tokens that removed (`vocab_size` 0:
+/// neither, the tokenizer's own ids):
 /// - a byte-level BPE (ByteLevel pre-tokenizer/decoder): model "gpt2", `pre` named from the
 ///   pre-tokenizer (GPT-2's ByteLevel regex "gpt-2", Llama 3's Split regex "llama-bpe", Qwen2's
 ///   "qwen2"), tokens, token_type, merges;
@@ -79,6 +83,6 @@ namespace cortiq::convert {
 /// user-defined (4). Throws Error(Unsupported) naming the model type (WordPiece, Unigram, …) or the
 /// pre-tokenizer for a tokenizer llama.cpp has no name for, Error(Parse) for malformed JSON.
 std::vector<GgufKv> tokenizer_to_gguf(const std::string& tokenizer_json, const cmf::TokenizerBundle* bundle,
-                                      uint32_t vocab_size);
+                                      uint32_t vocab_size, uint32_t* dropped = nullptr);
 
 }  // namespace cortiq::convert

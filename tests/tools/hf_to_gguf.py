@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 / qwen3 / phi3 checkpoint folder the way llama.cpp's
+"""Writes a GGUF v3 file from a Hugging Face llama / qwen2 / qwen3 / phi3 / gemma / gemma2 checkpoint folder the way llama.cpp's
 convert_hf_to_gguf.py does for `--outtype f32` (or `--outtype f16`): an independent oracle for
 `cortiq convert model.gguf`, used by tests/convert_e2e_test.cc on checkpoints written by
 gen_checkpoint.py (config.json + model.safetensors, or sharded with model.safetensors.index.json).
@@ -27,7 +27,11 @@ rope_scaling of type linear or yarn, {arch}.rope.scaling.type / factor (and for 
 original_context_length), as TextModel.set_gguf_parameters. For llama the Q rows (and bias) are permuted per head with n_head and
 the K rows with n_head_kv, as LlamaModel.permute does: head rows viewed as [2, hd/2] and
 transposed to [hd/2, 2] (HF's rotate-half pairs (j, j + hd/2) become adjacent rows 2j, 2j+1).
-qwen2 and qwen3 are not permuted (Qwen2Model, Qwen3Model). With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
+qwen2 and qwen3 are not permuted (Qwen2Model, Qwen3Model). gemma and gemma2 (GemmaModel, Gemma2Model):
+no rope.freq_base, key_length / value_length from head_dim, every `*norm.weight` written as 1 + w,
+lm_head.weight dropped; gemma2 adds attn_logit_softcapping, final_logit_softcapping (f32) and
+attention.sliding_window, and its sandwich norms are post_attention_norm / ffn_norm (the pre-FFN
+norm) / post_ffw_norm. With --outtype f16 the 2-D weights are f16 and the 1-D tensors stay f32,
 as in llama.cpp.
 
 --debug-permute none|k-with-n-head breaks the llama permutation on purpose (tests prove that
@@ -140,7 +144,14 @@ def llama3_rope_factors(c):
     return np.array(out, dtype=np.float32)
 
 
-def gguf_name(hf):
+GEMMA2_NORMS = [  # Gemma2Model: the sandwich norms (gguf-py ATTN_POST_NORM, FFN_PRE_NORM, FFN_POST_NORM)
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("pre_feedforward_layernorm", "ffn_norm"),
+    ("post_feedforward_layernorm", "post_ffw_norm"),
+]
+
+
+def gguf_name(hf, arch=""):
     if hf == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf == "model.norm.weight":
@@ -150,7 +161,7 @@ def gguf_name(hf):
     if hf.startswith("model.layers."):
         rest = hf[len("model.layers."):]
         layer, tail = rest.split(".", 1)
-        for h, g in LAYER_NAMES:
+        for h, g in (GEMMA2_NORMS if arch == "gemma2" else []) + LAYER_NAMES:
             for suffix in (".weight", ".bias"):
                 if tail == h + suffix:
                     return f"blk.{int(layer)}.{g}{suffix}"
@@ -192,8 +203,9 @@ def main():
     with open(os.path.join(a.model_dir, "config.json")) as f:
         c = json.load(f)
     arch = c.get("model_type")
-    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
-        sys.exit(f"model_type {arch!r}: only llama, qwen2, qwen3 and phi3 are written")
+    if arch not in ("llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2"):
+        sys.exit(f"model_type {arch!r}: only llama, qwen2, qwen3, phi3, gemma and gemma2 are written")
+    gemma = arch in ("gemma", "gemma2")
     n_head = c["num_attention_heads"]
     n_kv = c.get("num_key_value_heads", n_head)
 
@@ -206,9 +218,17 @@ def main():
     w.add(f"{arch}.feed_forward_length", T_UINT32, c["intermediate_size"])
     w.add(f"{arch}.attention.head_count", T_UINT32, n_head)
     w.add(f"{arch}.attention.head_count_kv", T_UINT32, n_kv)
-    w.add(f"{arch}.rope.freq_base", T_FLOAT32, c.get("rope_theta", 10000.0))
+    if not gemma:  # GemmaModel / Gemma2Model write no rope.freq_base (llama.cpp's default 10000)
+        w.add(f"{arch}.rope.freq_base", T_FLOAT32, c.get("rope_theta", 10000.0))
     w.add(f"{arch}.attention.layer_norm_rms_epsilon", T_FLOAT32, c["rms_norm_eps"])
-    if c.get("head_dim") is not None and arch != "phi3":  # Phi3MiniModel writes no key_length
+    if gemma:  # they read head_dim unconditionally
+        w.add(f"{arch}.attention.key_length", T_UINT32, c["head_dim"])
+        w.add(f"{arch}.attention.value_length", T_UINT32, c["head_dim"])
+    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters
+        w.add(f"{arch}.attn_logit_softcapping", T_FLOAT32, c["attn_logit_softcapping"])
+        w.add(f"{arch}.final_logit_softcapping", T_FLOAT32, c["final_logit_softcapping"])
+        w.add(f"{arch}.attention.sliding_window", T_UINT32, c["sliding_window"])
+    if c.get("head_dim") is not None and arch != "phi3" and not gemma:  # Phi3MiniModel writes no key_length
         w.add(f"{arch}.attention.key_length", T_UINT32, c["head_dim"])
         w.add(f"{arch}.attention.value_length", T_UINT32, c["head_dim"])
     if arch == "phi3":  # Phi3MiniModel.set_gguf_parameters
@@ -245,6 +265,10 @@ def main():
             f[0] = 0.0
         tensors.append(("rope_freqs.weight", [f.size], GGML_F32, f.astype("<f4").tobytes()))
     for hf, x in read_checkpoint(a.model_dir):
+        if gemma and hf == "lm_head.weight":  # GemmaModel.modify_tensors: llama.cpp's output is token_embd
+            continue
+        if gemma and hf.endswith("norm.weight"):  # HF's Gemma norm is x̂·(1 + w); llama.cpp's is x̂·g
+            x = x + np.float32(1)
         if arch == "llama" and a.debug_permute != "none":
             if hf.endswith(("q_proj.weight", "q_proj.bias")):
                 x = permute(x, n_head, n_head)
@@ -254,7 +278,7 @@ def main():
             data, gt = np.ascontiguousarray(x, dtype="<f2").tobytes(), GGML_F16
         else:
             data, gt = np.ascontiguousarray(x, dtype="<f4").tobytes(), GGML_F32
-        tensors.append((gguf_name(hf), list(reversed(x.shape)), gt, data))
+        tensors.append((gguf_name(hf, arch), list(reversed(x.shape)), gt, data))
 
     infos, off = [], 0
     for name, ne, gt, data in tensors:
