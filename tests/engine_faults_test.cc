@@ -62,7 +62,12 @@ class PoisonBackend : public cortiq::runtime::StepBackend {
       : inner_(m), poison_(std::move(poison)), at_(at) {}
   void run(std::span<StepItem> items) override {
     for (const auto& it : items) {
-      if (std::equal(it.tokens.begin(), it.tokens.end(), poison_.begin(), poison_.end())) victim_ = it.kv;
+      // The poisoned prompt's prefill: its tokens after what the slot's prompt cache kept (a slot
+      // that served "Once upon a time" before keeps the BOS, so the prefill is the prompt's tail).
+      const size_t kept = it.kv->size();
+      if (kept < poison_.size() && it.tokens.size() == poison_.size() - kept &&
+          std::equal(it.tokens.begin(), it.tokens.end(), poison_.begin() + static_cast<std::ptrdiff_t>(kept)))
+        victim_ = it.kv;
       if (it.kv == victim_ && it.kv->size() >= at_)
         cortiq::fail(cortiq::ErrorKind::InvalidArgument, "injected fault at position {}", it.kv->size());
     }
