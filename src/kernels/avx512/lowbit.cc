@@ -6,6 +6,8 @@
 
 namespace cortiq::kernels::avx512_detail {
 
+namespace {
+
 template <int R, int T>
 CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                        const QAct* a, float* out) {
@@ -57,8 +59,6 @@ CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* row
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
-
-namespace {
 
 [[noreturn]] void fail_q1t_tile(const Plan& pl, uint64_t r, uint64_t g) {
   fail(ErrorKind::Parse, "tensor '{}': q1t tile (row {}, group {}) has a non-base-3 code byte", pl.name, r,
@@ -152,8 +152,6 @@ CQ_AVX512_VBMI inline void q1t_step(const Plan& pl, const uint64_t* rows, const 
   }
 }
 
-}  // namespace
-
 /// q1t: R rows × T tokens over superblocks of 8 groups (Fam::Q1T). Per row and superblock the 8
 /// tiles are gathered with vpermi2b, the code bytes checked (bytes 0..5 < 243, byte 6 < 9: the
 /// exact path's q1t_tile_ok), and the five base-3 digits turned into u = value + 1 ∈ {0, 1, 2}
@@ -211,42 +209,69 @@ CQ_AVX512 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, floa
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
-template void tile_q2<1, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<2, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<2, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<2, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<4, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<4, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<4, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<4, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q2<8, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*, const QAct*,
-                            float*);
-template void tile_q1<1, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<2, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<2, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<2, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<4, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<4, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<4, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<4, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1<8, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<1, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<2, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<2, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<2, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<4, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<4, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<4, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<4, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q1t<8, 1>(const Plan&, const uint64_t*, const QAct*, float*);
+/// The tile of q2 for block_tiles.
+struct Q2Tile {
+  template <int R, int T>
+  CQ_AVX512 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                            const QAct* a, float* out) {
+    tile_q2<R, T>(pl, st, rows, li, a, out);
+  }
+};
+
+/// The tile of q1 for block_tiles.
+struct Q1Tile {
+  template <int R, int T>
+  CQ_AVX512 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                            const QAct* a, float* out) {
+    (void)st, (void)li, tile_q1<R, T>(pl, rows, a, out);
+  }
+};
+
+/// The tile of q1t for block_tiles.
+struct Q1tTile {
+  template <int R, int T>
+  CQ_AVX512_VBMI static void run(const Plan& pl, const BlockState& st, const uint64_t* rows,
+                                 const uint64_t* li, const QAct* a, float* out) {
+    (void)st, (void)li, tile_q1t<R, T>(pl, rows, a, out);
+  }
+};
+
+}  // namespace
+
+template <int R, int T>
+CQ_AVX512 void block_q2(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, Q2Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+template <int R, int T>
+CQ_AVX512 void block_q1(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, Q1Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+template <int R, int T>
+CQ_AVX512_VBMI void block_q1t(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, Q1tTile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+// Every tile shape block_int8 uses (CQ_AVX512_TILE_SHAPES).
+#define CQ_INSTANTIATE(R, T)                                                                              \
+  template void block_q2<R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t, \
+                               float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
+#define CQ_INSTANTIATE(R, T)                                                                              \
+  template void block_q1<R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t, \
+                               float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
+#define CQ_INSTANTIATE(R, T)                                                                               \
+  template void block_q1t<R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t, \
+                                float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
 
 }  // namespace cortiq::kernels::avx512_detail
 

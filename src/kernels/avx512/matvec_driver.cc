@@ -235,55 +235,33 @@ ActSet quantize_all(const Plan& pl, const float* x, size_t n, ThreadPool& pool, 
   return a;
 }
 
-template <int R, int T>
-CQ_AVX512 void tile_int8(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
-                         const QAct* a, float* out) {
-  if (pl.fam == Fam::Q8)
-    tile_q8<R, T>(pl, rows, a, out);
-  else if (pl.fam == Fam::Q1T)
-    tile_q1t<R, T>(pl, rows, a, out);
-  else if (pl.t == DType::VBit || pl.t == DType::VBitRo)
-    tile_vbit<R, T>(pl, rows, a, out);
-  else if (pl.fam == Fam::Q1)
-    tile_q1<R, T>(pl, rows, a, out);
-  else if (pl.fam == Fam::Q2)
-    tile_q2<R, T>(pl, st, rows, li, a, out);
-  else
-    switch (pl.t) {
-      case DType::Q4Tiled:
-        tile_nib<DType::Q4Tiled, R, T>(pl, st, rows, li, a, out);
-        break;
-      case DType::Q4Block:
-        tile_nib<DType::Q4Block, R, T>(pl, st, rows, li, a, out);
-        break;
-      default:
-        tile_nib<DType::Q4TP, R, T>(pl, st, rows, li, a, out);
-        break;
-    }
-}
-
-/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles.
-/// Row/token tails are padded by repeating the last row/token and dropping those outputs.
+/// Rows [r0, r0+rc) × tokens [0, n) of any int8 codec in R×T tiles: the codec family's row-block
+/// loop (block_q8, block_nib, …; block_tiles in matvec_internal.h).
 template <int R, int T>
 CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
-  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
-    uint64_t rows[R], li[R];
-    for (int k = 0; k < R; ++k) {
-      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
-      rows[k] = r0 + li[k];
+  if (pl.fam == Fam::Q8)
+    block_q8<R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (pl.fam == Fam::Q1T)
+    block_q1t<R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (pl.t == DType::VBit || pl.t == DType::VBitRo)
+    block_vbit<R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (pl.fam == Fam::Q1)
+    block_q1<R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (pl.fam == Fam::Q2)
+    block_q2<R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else
+    switch (pl.t) {
+      case DType::Q4Tiled:
+        block_nib<DType::Q4Tiled, R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+        break;
+      case DType::Q4Block:
+        block_nib<DType::Q4Block, R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+        break;
+      default:
+        block_nib<DType::Q4TP, R, T>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+        break;
     }
-    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
-    for (size_t i0 = 0; i0 < n; i0 += T) {
-      QAct a[T];
-      for (int t = 0; t < T; ++t) a[t] = acts.at(std::min<size_t>(i0 + t, n - 1));
-      float out[R * T];
-      tile_int8<R, T>(pl, st, rows, li, a, out);
-      const size_t tn = std::min<size_t>(T, n - i0);
-      for (uint64_t k = 0; k < kn; ++k)
-        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
-    }
-  }
 }
 
 /// Tile shapes (measured with bench/kernels_bench on Zen 4, 1 thread, 4864×896): q8 1 row (matvec) /

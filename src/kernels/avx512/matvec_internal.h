@@ -268,32 +268,64 @@ void block_exact(const Plan& pl, BlockState& st, uint64_t r0, uint64_t rc, const
 // out[k·T + t]: Σ for row k and token t.
 
 //
-// One tile function per codec family, defined in that family's file and instantiated there for
-// every shape of CQ_AVX512_TILE_SHAPES (the driver's tile_int8 calls each of them per R×T tile):
+// Each codec family's file defines its tiles (file-local) and exports the row-block loop over
+// them, block_<family><R, T> (block_tiles with the family's tile, so the tile inlines into the loop
+// as it did when the tier was one file: a tile called across files measured 15–30% slower on
+// q4_block matvec), instantiated there for every shape of CQ_AVX512_TILE_SHAPES; the driver's
+// block_int8 picks the family and the shape.
 
 /// The (R, T) tile shapes block_int8 uses; X(R, T) for each.
 #define CQ_AVX512_TILE_SHAPES(X) X(1, 1) X(2, 2) X(2, 3) X(2, 4) X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(8, 1)
 
+/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles of
+/// Tile::run<R, T>(pl, st, rows, li, a, out). Row/token tails are padded by repeating the last
+/// row/token and dropping those outputs.
+template <int R, int T, class Tile>
+CQ_AVX512 inline void block_tiles(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                                  const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
+    uint64_t rows[R], li[R];
+    for (int k = 0; k < R; ++k) {
+      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
+      rows[k] = r0 + li[k];
+    }
+    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
+    for (size_t i0 = 0; i0 < n; i0 += T) {
+      QAct a[T];
+      for (int t = 0; t < T; ++t) a[t] = acts.at(std::min<size_t>(i0 + t, n - 1));
+      float out[R * T];
+      Tile::template run<R, T>(pl, st, rows, li, a, out);
+      const size_t tn = std::min<size_t>(T, n - i0);
+      for (uint64_t k = 0; k < kn; ++k)
+        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
+    }
+  }
+}
+
 /// q8_row / q8_2f (q8.cc).
 template <int R, int T>
-CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out);
-/// q4_tiled, q4_block, q4tp (nibble.cc).
+CQ_AVX512 void block_q8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0);
+/// q4_tiled, q4_block, q4tp (nibble.cc; D is the dtype).
 template <DType D, int R, int T>
-CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
-                        const QAct* a, float* out);
+CQ_AVX512 void block_nib(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                         size_t n, float* y, size_t y_stride, uint64_t j0);
 /// q2tp (lowbit.cc).
 template <int R, int T>
-CQ_AVX512 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
-                       const QAct* a, float* out);
+CQ_AVX512 void block_q2(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0);
 /// q1 / q1s's base (lowbit.cc).
 template <int R, int T>
-CQ_AVX512 void tile_q1(const Plan& pl, const uint64_t* rows, const QAct* a, float* out);
+CQ_AVX512 void block_q1(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0);
 /// q1t's base (lowbit.cc); needs AVX512-VBMI.
 template <int R, int T>
-CQ_AVX512_VBMI void tile_q1t(const Plan& pl, const uint64_t* rows, const QAct* a, float* out);
+CQ_AVX512_VBMI void block_q1t(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0);
 /// vbit / vbit_ro (vbit.cc); needs AVX512-VBMI.
 template <int R, int T>
-CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* a, float* out);
+CQ_AVX512_VBMI void block_vbit(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                               const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0);
 
 /// Fam::NIBQ rows [r0, r0+rc) × tokens [i0, i0 + n), 1 ≤ n ≤ kFewTokens (nibble.cc; D = Q4TP or
 /// Q4Block): each chunk of kFewRows rows unpacked once for all n tokens.

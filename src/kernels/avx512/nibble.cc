@@ -155,8 +155,6 @@ CQ_AVX512 inline void nibq_step(const Plan& pl, const BlockState& st, const uint
   }
 }
 
-}  // namespace
-
 /// The nibble codecs: R rows × T tokens. q4tp and q4_block (Fam::NIBQ) take the NIBQ chunks first;
 /// the remaining groups (all of q4_tiled's) go as NIB superblocks.
 template <DType D, int R, int T>
@@ -179,8 +177,6 @@ CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* ro
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
-
-namespace {
 
 /// One chunk of kFewRows rows, unpacked (w[k][j]: weight register j of row k, u8 codes; sw[k]:
 /// the row's group scales in lane order), applied to tokens t … t + T − 1 (activation registers at
@@ -239,6 +235,16 @@ CQ_AVX512 inline void few_unpack_nibq(const Plan& pl, const BlockState& st, cons
   }
 }
 
+/// The nibble tile of dtype D for block_tiles.
+template <DType D>
+struct NibTile {
+  template <int R, int T>
+  CQ_AVX512 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                            const QAct* a, float* out) {
+    tile_nib<D, R, T>(pl, st, rows, li, a, out);
+  }
+};
+
 }  // namespace
 
 /// Fam::NIBQ rows [r0, r0+rc) (block-local 0..rc) × tokens [i0, i0 + n), 1 ≤ n ≤ kFewTokens:
@@ -294,60 +300,28 @@ CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0,
   }
 }
 
-template void tile_nib<DType::Q4Tiled, 1, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 2, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 2, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 2, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 4, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 4, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 4, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 4, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Tiled, 8, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 1, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 2, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 2, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 2, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 4, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 4, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 4, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 4, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4Block, 8, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                             const QAct*, float*);
-template void tile_nib<DType::Q4TP, 1, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 2, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 2, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 2, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 4, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 4, 2>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 4, 3>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 4, 4>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
-template void tile_nib<DType::Q4TP, 8, 1>(const Plan&, const BlockState&, const uint64_t*, const uint64_t*,
-                                          const QAct*, float*);
+template <DType D, int R, int T>
+CQ_AVX512 void block_nib(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                         size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, NibTile<D>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+// Every tile shape block_int8 uses (CQ_AVX512_TILE_SHAPES).
+#define CQ_INSTANTIATE(R, T)                                                                        \
+  template void block_nib<DType::Q4Tiled, R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, \
+                                                const ActSet&, size_t, float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
+#define CQ_INSTANTIATE(R, T)                                                                        \
+  template void block_nib<DType::Q4Block, R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, \
+                                                const ActSet&, size_t, float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
+#define CQ_INSTANTIATE(R, T)                                                                     \
+  template void block_nib<DType::Q4TP, R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, \
+                                             const ActSet&, size_t, float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
 template void block_nibq_few<DType::Q4TP>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&,
                                           size_t, size_t, float*, size_t, uint64_t);
 template void block_nibq_few<DType::Q4Block>(const Plan&, const BlockState&, uint64_t, uint64_t,

@@ -25,8 +25,6 @@ CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s,
   }
 }
 
-}  // namespace
-
 /// q8_row / q8_2f: R rows × T tokens. Each chunk of kQ8Chunk superblocks sums into int32 lanes
 /// (starting from the activation's bias), then gets one convert and one FMA with the lane scales
 /// (quantize_act_q8); the row's f16 scale multiplies the reduced sum.
@@ -64,15 +62,29 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
   }
 }
 
-template void tile_q8<1, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<2, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<2, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<2, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<4, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<4, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<4, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<4, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_q8<8, 1>(const Plan&, const uint64_t*, const QAct*, float*);
+/// The tile of q8 for block_tiles.
+struct Q8Tile {
+  template <int R, int T>
+  CQ_AVX512 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                            const QAct* a, float* out) {
+    (void)st, (void)li, tile_q8<R, T>(pl, rows, a, out);
+  }
+};
+
+}  // namespace
+
+template <int R, int T>
+CQ_AVX512 void block_q8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
+                        size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, Q8Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+// Every tile shape block_int8 uses (CQ_AVX512_TILE_SHAPES).
+#define CQ_INSTANTIATE(R, T)                                                                              \
+  template void block_q8<R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t, \
+                               float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
 
 }  // namespace cortiq::kernels::avx512_detail
 

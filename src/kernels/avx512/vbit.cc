@@ -18,8 +18,6 @@ constexpr std::array<std::array<uint8_t, 64>, 2> kVbSplit = [] {
   return a;
 }();
 
-}  // namespace
-
 /// vbit / vbit_ro: R rows × T tokens over 128-code superblocks (4 groups): vb_codes twice, then the
 /// codes are split into the NIB activation layout (Fam::NIBV, bias −Σq) so both halves accumulate in
 /// the same lanes and one scale vector serves 128 weights; each row's offset L = 2^(b−1) − 1 scales
@@ -75,15 +73,29 @@ CQ_AVX512_VBMI void tile_vbit(const Plan& pl, const uint64_t* rows, const QAct* 
     for (int t = 0; t < T; ++t) out[k * T + t] = _mm512_reduce_add_ps(f[k][t]);
 }
 
-template void tile_vbit<1, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<2, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<2, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<2, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<4, 1>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<4, 2>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<4, 3>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<4, 4>(const Plan&, const uint64_t*, const QAct*, float*);
-template void tile_vbit<8, 1>(const Plan&, const uint64_t*, const QAct*, float*);
+/// The tile of vbit for block_tiles.
+struct VbitTile {
+  template <int R, int T>
+  CQ_AVX512_VBMI static void run(const Plan& pl, const BlockState& st, const uint64_t* rows,
+                                 const uint64_t* li, const QAct* a, float* out) {
+    (void)st, (void)li, tile_vbit<R, T>(pl, rows, a, out);
+  }
+};
+
+}  // namespace
+
+template <int R, int T>
+CQ_AVX512_VBMI void block_vbit(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                               const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, VbitTile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+
+// Every tile shape block_int8 uses (CQ_AVX512_TILE_SHAPES).
+#define CQ_INSTANTIATE(R, T)                                                                                \
+  template void block_vbit<R, T>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t, \
+                                 float*, size_t, uint64_t);
+CQ_AVX512_TILE_SHAPES(CQ_INSTANTIATE)
+#undef CQ_INSTANTIATE
 
 }  // namespace cortiq::kernels::avx512_detail
 
