@@ -5,6 +5,7 @@
 // vbit.cc) or to the exact path (exact.cc). Internals shared by those files: matvec_internal.h.
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/avx512/matvec_internal.h"
+#include "kernels/avx512/tp_ladders.h"
 
 namespace cortiq::kernels {
 

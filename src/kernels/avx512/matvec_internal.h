@@ -2,7 +2,7 @@
 // parsed tensor (Plan), per-thread block state, the int8 activation families and their quantized
 // form, and the entry points by which the driver (matvec_driver.cc) reaches each codec family's
 // tiles (q8.cc, nibble.cc, lowbit.cc, vbit.cc), the activation quantizer (quantize_act.cc), the
-// q4tp/q2tp ladders (tp_ladders.cc) and the exact f32 path (exact.cc). The public contract is
+// q4tp/q2tp ladders (tp_ladders.h) and the exact f32 path (exact.cc). The public contract is
 // kernels/simd_matvec.h.
 //
 // Every function that uses AVX-512 intrinsics carries CQ_AVX512 (a `target` attribute) and is only
@@ -249,11 +249,6 @@ constexpr int kFewRows = 4;
 /// Quantizes x[cols] (times col[c] when col != nullptr) into the family layout (quantize_act.cc).
 CQ_AVX512 void quantize_act(Fam f, const float* x, const float* col, uint64_t cols, int8_t* xq, float* d,
                             int32_t* bias);
-
-/// Ladders and group scales of rows [r0, r0+n) (q4tp/q2tp; tp_ladders.cc): each row's tiles get
-/// their rung (BlockState::row_scales). `ahead` (≥ n): rows from r0 on that the caller will also run
-/// on this thread, so their ladders are computed now with this block's.
-CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, BlockState& st);
 
 /// The exact path of one row block (exact.cc): Y[i·y_stride + j0 + k] = row (r0 + k) · X[i] for
 /// k < rc, i < n with f32 activations, every weight decoded to its reference value.
