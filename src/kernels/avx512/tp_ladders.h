@@ -1,16 +1,16 @@
 // The q4tp / q2tp row ladders of the AVX-512 tier: each row's 32 rungs exp2(lo)·exp2(step)^c in
 // f32 (as quant::q4tp_ladder), computed 16 rows per vector, and each tile's group scale picked from
 // its row's ladder by its 5-bit code (prep_tp, once per row block). Included by the driver
-// (matvec_driver.cc) only, where its functions are file-local as in the one-file tier (the same
-// code: prep_tp and prep_ladders out of line). As a .cc of its own, q4tp matvec 4864×896 int8
-// measured 90 → 100 µs (1 thread, min of 30 on a shared machine).
+// (matvec_driver.cc) only — so prep_tp, not inline, is defined once — and compiled with it, as in
+// the one-file tier: as a .cc of its own, or with prep_tp file-local (which the compiler then
+// specializes), q4tp matvec 4864×896 int8 measured 113 → 125 µs (1 thread, min of 20).
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/avx512/matvec_internal.h"
 
 namespace cortiq::kernels::avx512_detail {
 
-// File-local to the one file that includes this header.
+// The steps of prep_tp, file-local.
 namespace {
 
 /// Transposes the 16×16 matrix in[c] (lane i) into out[i·stride + c].
@@ -85,6 +85,8 @@ CQ_AVX512 void prep_ladders(const Plan& pl, uint64_t r0, uint64_t m, BlockState&
 /// Row blocks ahead whose q4tp/q2tp code rows prep_tp prefetches.
 constexpr uint64_t kTpCodeAhead = 2;
 
+}  // namespace
+
 /// Ladders and group scales of rows [r0, r0+n) (q4tp/q2tp): each row's tiles get their rung
 /// (BlockState::row_scales). `ahead` (≥ n): rows from r0 on that the caller will also run on this
 /// thread, so their ladders are computed now with this block's (prep_ladders).
@@ -153,8 +155,6 @@ CQ_AVX512 void prep_tp(const Plan& pl, uint64_t r0, uint64_t n, uint64_t ahead, 
       }
     }
 }
-
-}  // namespace
 
 }  // namespace cortiq::kernels::avx512_detail
 
