@@ -9,7 +9,7 @@
 // dtypes), which is valid for timing: every fixed-size layout accepts any bytes.
 //   ./kernels_bench --benchmark_filter=q4tp      (run a subset)
 #include <benchmark/benchmark.h>
-// GCC 12 false positive on its own _mm512_undefined_* placeholders (see simd_matvec.cc).
+// GCC 12 false positive on its own _mm512_undefined_* placeholders (see avx512/matvec_internal.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

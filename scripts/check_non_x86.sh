@@ -2,7 +2,7 @@
 # Compile check for CPUs other than x86: the sources and tests that can differ on other CPUs are
 # compiled with clang for aarch64 (-fsyntax-only: no cross toolchain or ARM libraries
 # needed), using this machine's headers. It catches x86 intrinsics, headers and builtins outside
-# the x86-guarded SIMD tiers (src/kernels/simd_*.cc; their stand-ins are simd_portable.cc).
+# the x86-guarded SIMD tiers (src/kernels/simd_*.cc, src/kernels/avx512/; their stand-ins are simd_portable.cc).
 # Usage: scripts/check_non_x86.sh   (needs clang; exit status 1 and the errors when a file fails)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ export -f check
 # includes a kernels/simd_*.h header. Every other file compiles from the same portable text on
 # both, so checking it again buys nothing (checking all ~200 files took 4 of CI's 45 minutes).
 X86='immintrin|intrin\.h|cpuid|_mm[0-9]*_|__m(64|128|256|512)|__builtin_ia32|__builtin_cpu_|__rdtsc|__asm__|__x86_64__|__AVX|__SSE'
-files=$( { ls src/kernels/*.cc; grep -lE "$X86" src/*/*.cc src/*/*/*.cc tests/*.cc 2>/dev/null || true
+files=$( { ls src/kernels/*.cc src/kernels/*/*.cc; grep -lE "$X86" src/*/*.cc src/*/*/*.cc tests/*.cc 2>/dev/null || true
            grep -lE '#include "kernels/simd_[a-z0-9_]*\.h"' src/*/*.cc src/*/*/*.cc tests/*.cc 2>/dev/null || true
          } | grep -v "_fuzz\.cc$" | sort -u)
 out=$(echo "$files" | xargs -P "$(nproc)" -I{} bash -c 'check {}')

@@ -1,9 +1,11 @@
 // The one compute interface of the forward pass (DESIGN.md "kernels"; ENGINE-NOTES §3.3–3.6).
 //
 // Every op the model calls goes through the functions declared here. Each has a scalar reference
-// implementation (`*_ref`, kernels_ref.cc) that accumulates in double; the public matrix entry
-// points dispatch by `matmul_mode()` to the SIMD kernels of simd_matvec.h (or the reference), and
-// the `*_ref` versions stay for parity tests.
+// implementation (`*_ref`, reference_matmul.cc, reference_attention.cc, reference_norm_rope.cc)
+// that accumulates in double; the public matrix, attention and activation entry points go through
+// the dispatcher (dispatch.cc, ops.h) by `matmul_mode()` and `simd_tier()` to the SIMD kernels
+// (or the reference), and the `*_ref` versions stay for parity tests. Weight preparation and
+// decode_rows: weight_prepare.cc.
 //
 // Conventions: matrices are `[rows, cols]` row-major (HF `[out_features, in_features]`), vectors are
 // contiguous f32. Matrix products are split over output rows across the ThreadPool; each output

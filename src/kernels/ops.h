@@ -2,7 +2,8 @@
 // activation precision (int8 or f32) every matrix, attention and activation kernel uses — chosen
 // once, when the table is built, from a KernelConfig. Two models in one process may hold different
 // tables (one `--exact`, one fast); the process-wide mode and tier (kernels.h) only give the
-// default a table is built from, and what the free functions of kernels.h use.
+// default a table is built from, and what the free functions of kernels.h use. Implemented in
+// dispatch.cc (the dispatcher) and dispatch_settings.cc (the process-wide mode and tier).
 #pragma once
 
 #include <span>

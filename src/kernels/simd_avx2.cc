@@ -1323,7 +1323,7 @@ void run(const Plan& pl, uint64_t row_begin, uint64_t row_count, const float* x,
         if ((pl.t == DType::VBit || pl.t == DType::VBitRo) && n > 1) unpack_vbit_rows(pl, st, r0, rc);
         // tiles measured on Zen 5 (1 thread, 4864×896, n = 64): q2tp 4×2 3.9 ms against 4.1 for 2×2;
         // q1 2×4 7.0 ms against 7.9 for 2×2 (within noise for the others and for matvec). q8 matvec
-        // reads one row at a time, in address order (memory-bound; see block_int8 in simd_matvec.cc)
+        // reads one row at a time, in address order (memory-bound; see block_int8 in avx512/matvec_driver.cc)
         if (n == 1 && pl.fam == Fam::Q8)
           block_int8_rt<1, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
         else if (n == 1)

@@ -1,4 +1,4 @@
-// Exact f32 row loaders of the AVX-512 tier, shared by the exact matvec (simd_matvec.cc) and the
+// Exact f32 row loaders of the AVX-512 tier, shared by the exact matvec (avx512/exact.cc) and the
 // exact GEMM (simd_gemm_exact.cc): 16 columns of one f32 / f16 / bf16 weight row decoded to f32.
 // Every conversion here is exact, so both paths see the same values. Internal to src/kernels;
 // include after <immintrin.h>, and reach the users only after simd_cpu_ok() (simd_matvec.h).

@@ -4,7 +4,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 // GCC 12 warns that its own _mm512_undefined_* placeholders (inside _mm512_permutexvar_ps and the
-// shuffles) are used uninitialized, a known false positive (as in simd_matvec.cc).
+// shuffles) are used uninitialized, a known false positive (as in avx512/matvec_internal.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -1,6 +1,6 @@
 // Batched exact f32 product for the AVX-512 tier (issue 29 item 6, issue 34): the `--exact`
 // matmul of f32 / f16 / bf16 weights against many activation rows, near the FMA roof, with per
-// output exactly the arithmetic of the decode-shaped exact tile in simd_matvec.cc. Internal to
+// output exactly the arithmetic of the decode-shaped exact tile in avx512/exact.cc. Internal to
 // src/kernels (not part of the kernels API); reached through matmul_simd / matmul_multi_simd.
 //
 // Why it can be bit-identical: the exact dot (simd_matvec.h, "exact") keeps four 16-lane
@@ -32,7 +32,7 @@ inline constexpr size_t kGemmExactMinRows = 2;
 /// Y[i·y_stride + j0 + k] = Σ_c W_k(c)·X[i, c] for k < rc, i < n, where W_k is the weight row k
 /// of `rc` consecutive rows starting at `w` (dtype t ∈ {F32, F16, BF16}, `cols` elements per row,
 /// little-endian, rows contiguous) decoded exactly to f32. X: [n, cols] row-major f32. Each output
-/// equals, bit for bit, the AVX-512 exact dot (dot_exact_tile in simd_matvec.cc) of that row and
+/// equals, bit for bit, the AVX-512 exact dot (dot_exact_tile in avx512/exact.cc) of that row and
 /// that activation row, so results do not depend on n, the tiling, or the thread split. Needs
 /// simd_cpu_ok() (AVX-512 F/BW/VL/DQ, FMA, F16C); the caller checks it. Single-threaded: the caller
 /// splits rows over its pool. Throws Error(Unsupported) for another dtype.

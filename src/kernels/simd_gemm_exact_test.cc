@@ -1,10 +1,10 @@
 // The AVX-512 exact GEMM (simd_gemm_exact.h) against the decode-shaped exact dot of
-// simd_matvec.cc, bit for bit: matvec_rows_simd (one row × one token, dot_exact_tile<1, 1>) is the
+// avx512/exact.cc, bit for bit: matvec_rows_simd (one row × one token, dot_exact_tile<1, 1>) is the
 // oracle for every output, over shapes whose columns, rows and tokens are not multiples of the
 // chunk (16), the phase block (64), the register tile (4 × 6) or the cache block (48).
 #include "kernels/simd_gemm_exact.h"
 
-// GCC 12 false positive on its own _mm512_undefined_* placeholders (see simd_matvec.cc).
+// GCC 12 false positive on its own _mm512_undefined_* placeholders (see avx512/matvec_internal.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -71,7 +71,7 @@ TEST(GemmExact, Reduce16EqualsReduceAddPs) {
 #endif  // x86
 
 /// Checks gemm_exact_avx512 on rows [r0, r0+rc) of w, n tokens, into a strided output at column
-/// j0, against matvec_rows_simd per token (the exact dot of simd_matvec.cc).
+/// j0, against matvec_rows_simd per token (the exact dot of avx512/exact.cc).
 void check_direct(const Tensor& w, uint64_t r0, uint64_t rc, size_t n, uint32_t seed) {
   const uint64_t cols = w.view.shape[1];
   const auto X = gaussian(n * cols, seed);

@@ -1,7 +1,7 @@
 // The SIMD tiers' entry points on CPUs other than x86 (ARM, RISC-V, POWER…), where the AVX-512
 // and AVX2 translation units compile to nothing: both tiers report themselves unavailable, so
 // kernels.h dispatches every product, attention and activation to the scalar reference kernels
-// (kernels_ref.cc). The other entry points are unreachable there and fail loudly if called.
+// (reference_*.cc). The other entry points are unreachable there and fail loudly if called.
 #if !(defined(__x86_64__) || defined(__i386__))
 
 #include "kernels/simd_activation.h"

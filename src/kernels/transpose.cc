@@ -6,7 +6,7 @@
 #include "kernels/simd_matvec.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-// GCC 12 false positive on its own _mm512_undefined_* placeholders (see simd_matvec.cc).
+// GCC 12 false positive on its own _mm512_undefined_* placeholders (see avx512/matvec_internal.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -1,6 +1,6 @@
 // The parsed form of one weight tensor that the SIMD tiers would otherwise rebuild on every product
 // (issue 28, "kernels chosen once"): kernels::prepare_weight makes it once when a tensor is bound and
-// stores it with the view (WeightView::plan); simd_matvec.cc and simd_avx2.cc read it instead of
+// stores it with the view (WeightView::plan); avx512/matvec_driver.cc and simd_avx2.cc read it instead of
 // re-validating the payload and re-deriving the layout views per call. Internal to src/kernels.
 //
 // A plan is immutable once made and holds nothing per call or per thread (the int8-or-exact choice
@@ -57,7 +57,7 @@ const WeightPlan* plan_of(const WeightView& w);
 
 namespace simd_detail {
 /// out[c] = the f16 values at p (little-endian, n of them) widened with vcvtph2ps, as the AVX-512
-/// tier widens the q8_2f column field (simd_matvec.cc). Only call when simd_cpu_ok().
+/// tier widens the q8_2f column field (avx512/matvec_driver.cc). Only call when simd_cpu_ok().
 void q8_2f_columns_avx512(const uint8_t* p, uint64_t n, float* out);
 }  // namespace simd_detail
 

@@ -1,5 +1,6 @@
-// Kernel dispatch: an Ops table picks the implementation for each call from its own config; the
-// free functions of kernels.h build a table from the process-wide mode and tier.
+// The kernel dispatcher (ops.h): an Ops table picks the implementation of each call — AVX-512,
+// AVX2 or the scalar reference (reference_*.cc) — from its own config; the free functions of
+// kernels.h build a table from the process-wide mode and tier (dispatch_settings.cc).
 #include "kernels/ops.h"
 
 #include <algorithm>
