@@ -1143,6 +1143,32 @@ TEST_F(ConvertE2E, GgufOracleMatchesHfForLlamaAndQwen) {
 
 namespace {
 
+// The oracle's GGUF (tests/tools/hf_to_gguf.py) against our export: every key it writes but
+// general.name (the folder's name there, the CMF's source_model here) with the same GGUF type and
+// value, and the same tensors (names, ne, types, bytes).
+void expect_same_gguf_keys(const cortiq::convert::GgufFile& mine, const cortiq::convert::GgufFile& want) {
+  for (const auto& k : want.metadata_keys()) {
+    if (k == "general.name") continue;
+    ASSERT_TRUE(mine.metadata().contains(k)) << k;
+    EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
+    EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
+  }
+}
+void expect_same_gguf_tensors(const cortiq::convert::GgufFile& mine, const cortiq::convert::GgufFile& want) {
+  ASSERT_EQ(mine.tensors().size(), want.tensors().size());
+  for (const auto& t : want.tensors()) {
+    const auto* m = mine.find(t.name);
+    ASSERT_NE(m, nullptr) << t.name;
+    EXPECT_EQ(m->ne, t.ne) << t.name;
+    EXPECT_EQ(m->type, t.type) << t.name;
+    EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
+  }
+}
+void expect_same_gguf(const cortiq::convert::GgufFile& mine, const cortiq::convert::GgufFile& want) {
+  expect_same_gguf_keys(mine, want);
+  expect_same_gguf_tensors(mine, want);
+}
+
 /// Every tensor of two CMF files: same names, shapes and decoded values (payload bytes may differ
 /// only where `same_bytes` is false).
 void expect_same_tensors(const fs::path& a, const fs::path& b, bool same_bytes) {
@@ -1204,20 +1230,7 @@ TEST_F(ConvertE2E, ExportGgufMatchesTheOracleAndRoundTrips) {
                  &rc);
     ASSERT_EQ(rc, 0) << log;
     const cortiq::convert::GgufFile mine(g.string()), want(o.string());
-    for (const auto& k : want.metadata_keys()) {
-      if (k == "general.name") continue;  // the folder's name there, the CMF's source_model here
-      ASSERT_TRUE(mine.metadata().contains(k)) << k;
-      EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
-      EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
-    }
-    ASSERT_EQ(mine.tensors().size(), want.tensors().size());
-    for (const auto& t : want.tensors()) {
-      const auto* m = mine.find(t.name);
-      ASSERT_NE(m, nullptr) << t.name;
-      EXPECT_EQ(m->ne, t.ne) << t.name;
-      EXPECT_EQ(m->type, t.type) << t.name;
-      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
-    }
+    expect_same_gguf(mine, want);
     log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
     ASSERT_EQ(rc, 0) << log;
     expect_same_tensors(a, b, true);
@@ -1315,25 +1328,13 @@ TEST_F(ConvertE2E, ExportGgufGemmaRoundTrips) {
     ASSERT_EQ(rc, 0) << log;
     const cortiq::convert::GgufFile mine(g.string()), want(o.string());
     EXPECT_EQ(mine.metadata()["general.architecture"], fam);
-    for (const auto& k : want.metadata_keys()) {
-      if (k == "general.name") continue;
-      ASSERT_TRUE(mine.metadata().contains(k)) << k;
-      EXPECT_EQ(mine.metadata_type(k), want.metadata_type(k)) << k;
-      EXPECT_EQ(mine.metadata()[k], want.metadata()[k]) << k;
-    }
+    expect_same_gguf_keys(mine, want);
     if (fam == "gemma2") {
       EXPECT_EQ(want.metadata()["gemma2.attn_logit_softcapping"], 50.0);
       EXPECT_EQ(want.metadata()["gemma2.attention.sliding_window"], 8);
       EXPECT_NE(want.find("blk.2.post_ffw_norm.weight"), nullptr);
     }
-    ASSERT_EQ(mine.tensors().size(), want.tensors().size());
-    for (const auto& t : want.tensors()) {
-      const auto* m = mine.find(t.name);
-      ASSERT_NE(m, nullptr) << t.name;
-      EXPECT_EQ(m->ne, t.ne) << t.name;
-      EXPECT_EQ(m->type, t.type) << t.name;
-      EXPECT_TRUE(std::equal(m->data.begin(), m->data.end(), t.data.begin(), t.data.end())) << t.name;
-    }
+    expect_same_gguf_tensors(mine, want);
 
     log = cli("convert " + g.string() + " --quant f32 -o " + b.string(), &rc);
     ASSERT_EQ(rc, 0) << log;
