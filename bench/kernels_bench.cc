@@ -352,6 +352,16 @@ int main(int argc, char** argv) {
                                256, 1)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
+  // Prefill of the Qwen2.5-0.5B shapes (q/o, gate/up, down) with float weights: 128 prompt tokens.
+  for (DType t : {DType::F32, DType::F16})
+    for (const auto& sh : {Shape{896, 896}, Shape{4864, 896}, Shape{896, 4864}})
+      benchmark::RegisterBenchmark(
+          ("gemm_exact/" + std::string(cortiq::quant::dtype_name(t)) + "/" + std::to_string(sh.rows) + "x" +
+           std::to_string(sh.cols) + "/n128/threads:1")
+              .c_str(),
+          BM_gemm_exact, t, sh.rows, sh.cols, 128, 1)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
   for (size_t th : {1, 2})
     benchmark::RegisterBenchmark(("memread/threads:" + std::to_string(th)).c_str(), BM_memread, th)
         ->UseRealTime()
