@@ -45,7 +45,15 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
       for (int k = 0; k < R; ++k) acc[k][t] = bias;
     }
     if (s1 <= nfull && s1 - s0 == kQ8Chunk) {
-      for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+      if constexpr (T > 1) {
+        // unrolled, the chunk's superblocks keep acc in registers; rolled, GCC copied every
+        // accumulator between registers once per superblock (q8_row matmul_n64, 4 × 2, 1 thread:
+        // 0.80–0.86× the time). The matvec tile (T = 1) measured 1.03–1.07× slower unrolled.
+        CQ_UNROLL
+        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+      } else {
+        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+      }
     } else {
       for (uint64_t s = s0; s < std::min(s1, nfull); ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
       if (nfull < s1) q8_step<false, R, T>(w, a, nfull, cols, pfd, acc);
