@@ -183,8 +183,10 @@ CQ_AVX512 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* ro
 /// xq + 128·s0 + 64·j, biases and scales at 16·s0, as nibq_apply and nib_step use them): each
 /// activation register loaded serves T·kFewRows vpdpbusd. Per output the operations are those of
 /// nibq_apply / nib_step (an exact int32 sum per lane, then one convert and one FMA with d·sw), so
-/// the results are bit-identical to theirs.
-template <int NW, int T>
+/// the results are bit-identical to theirs. First: f holds nothing yet, and the FMA adds +0 from a
+/// register — the same operation as onto a zeroed f, without zeroing kFewRows·kFewTokens vectors in
+/// memory per chunk (GCC made that a memset call: 8 % of q4tp matmul_n64's samples).
+template <int NW, int T, bool First>
 CQ_AVX512 inline void few_tokens(const __m512i (&w)[kFewRows][8], const __m512 (&sw)[kFewRows], const QAct* a,
                                  size_t t, uint64_t s0, __m512 (&f)[kFewRows][kFewTokens]) {
   constexpr int R = kFewRows;
@@ -203,18 +205,19 @@ CQ_AVX512 inline void few_tokens(const __m512i (&w)[kFewRows][8], const __m512 (
   for (int u = 0; u < T; ++u) {
     const __m512 d = _mm512_loadu_ps(a[t + u].d + 16 * s0);
     for (int k = 0; k < R; ++k)
-      f[k][t + u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k][u]), _mm512_mul_ps(d, sw[k]), f[k][t + u]);
+      f[k][t + u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[k][u]), _mm512_mul_ps(d, sw[k]),
+                                    First ? _mm512_setzero_ps() : f[k][t + u]);
   }
 }
 
 /// few_tokens over tokens a[0 … n), two at a time (4 at a time spills: matmul_n4 4864×896 150 →
 /// 169 µs on Zen 5).
-template <int NW>
+template <int NW, bool First>
 CQ_AVX512 inline void few_apply(const __m512i (&w)[kFewRows][8], const __m512 (&sw)[kFewRows], const QAct* a,
                                 size_t n, uint64_t s0, __m512 (&f)[kFewRows][kFewTokens]) {
   size_t t = 0;
-  for (; t + 2 <= n; t += 2) few_tokens<NW, 2>(w, sw, a, t, s0, f);
-  if (t < n) few_tokens<NW, 1>(w, sw, a, t, s0, f);
+  for (; t + 2 <= n; t += 2) few_tokens<NW, 2, First>(w, sw, a, t, s0, f);
+  if (t < n) few_tokens<NW, 1, First>(w, sw, a, t, s0, f);
 }
 
 /// The NIBQ chunk (NS = 4: quad, 2: pair) at superblock slot s0 of kFewRows rows, unpacked for
@@ -269,18 +272,24 @@ CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0,
       li[k] = std::min<uint64_t>(k0 + k, rc - 1);
       rows[k] = r0 + li[k];
     }
+    // f is set by the first chunk (few_apply<…, true>): the quad at q = 0, else the pair, else the
+    // first NIB superblock (gpr ≥ 1, so one of them exists)
     __m512 f[R][kFewTokens];
-    for (int k = 0; k < R; ++k)
-      for (size_t t = 0; t < n; ++t) f[k][t] = _mm512_setzero_ps();
     __m512i w[R][8];
     __m512 sw[R];
     for (uint64_t q = 0; q < sp.nq; ++q) {
       few_unpack_nibq<D, 4>(pl, st, rows, li, 4 * q, pfd, w, sw);
-      few_apply<8>(w, sw, a, n, 4 * q, f);
+      if (q == 0)
+        few_apply<8, true>(w, sw, a, n, 0, f);
+      else
+        few_apply<8, false>(w, sw, a, n, 4 * q, f);
     }
     if (sp.np) {
       few_unpack_nibq<D, 2>(pl, st, rows, li, 4 * sp.nq, pfd, w, sw);
-      few_apply<4>(w, sw, a, n, 4 * sp.nq, f);
+      if (sp.nq == 0)
+        few_apply<4, true>(w, sw, a, n, 0, f);
+      else
+        few_apply<4, false>(w, sw, a, n, 4 * sp.nq, f);
     }
     for (uint64_t s = sp.first_nib_slot(); s < nsb; ++s) {
       for (int k = 0; k < R; ++k) {
@@ -292,7 +301,10 @@ CQ_AVX512 void block_nibq_few(const Plan& pl, const BlockState& st, uint64_t r0,
         w[k][0] = _mm512_and_si512(v, m4);
         w[k][1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       }
-      few_apply<2>(w, sw, a, n, s, f);
+      if (s == 0)
+        few_apply<2, true>(w, sw, a, n, 0, f);
+      else
+        few_apply<2, false>(w, sw, a, n, s, f);
     }
     const uint64_t kn = std::min<uint64_t>(R, rc - k0);
     for (uint64_t k = 0; k < kn; ++k)
