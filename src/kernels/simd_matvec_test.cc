@@ -187,7 +187,7 @@ TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
   // 800 = 25 groups: q4tp's NIBQ quad and pair, then a partial NIB superblock
   const uint64_t rows = 37, cols = any_cols(t) ? 200 : 800;
   const Tensor w = make(t, rows, cols, gaussian(rows * cols, 31, 0.1f));
-  for (size_t n : {2, 3, 4, 7, 8, 9}) {
+  for (size_t n : {2, 3, 4, 7, 8, 9, 17}) {  // 17: q8 block_q8_reuse (n ≥ 16), three nibq_few groups
     const auto X = gaussian(n * cols, 32 + static_cast<uint32_t>(n));
     for (bool exact : {true, false}) {
       std::vector<float> Y(n * rows), y(rows), yr(rows);

@@ -264,6 +264,10 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 /// 48–49 → 50–53 tok/s (1 thread), 90 → 98 (2). The nibble codecs keep their row tiles: they are
 /// compute-bound at T = 1, and one row at a time costs them 30–40% (each activation load then
 /// serves one row).
+/// Tokens from which q8 matmuls take block_q8_reuse (batches of a few decode steps stream each
+/// weight row once, as a matvec, and keep the prefetch).
+constexpr size_t kQ8ReuseTokens = 16;
+
 CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                           size_t n, float* y, size_t y_stride, uint64_t j0) {
   // Small batches (continuous-batching decode steps of 2–8 sequences) get a token tile that
@@ -288,7 +292,10 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
         else
           block_nibq_few<DType::Q4Block>(pl, st, r0, rc, acts, i0, m, y, y_stride, j0);
       }
-  } else if (n == 2 || (n > 1 && pl.fam == Fam::Q8))  // q8: an odd n pads one token
+  } else if (pl.fam == Fam::Q8 && n >= kQ8ReuseTokens)  // q8_row matmul_n64, 1 thread, min of 5
+    // interleaved: 4864x896 1500 → 1400 µs, 896x4864 1410 → 1180 against block_q8<4, 2>
+    block_q8_reuse<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  else if (n == 2 || (n > 1 && pl.fam == Fam::Q8))  // q8: an odd n pads one token
     block_int8_rt<4, 2>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   else if (n > 1 && n % 4 == 0)
     block_int8_rt<4, 4>(pl, st, r0, rc, acts, n, y, y_stride, j0);

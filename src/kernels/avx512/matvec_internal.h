@@ -301,6 +301,12 @@ CQ_AVX512 inline void block_tiles(const Plan& pl, const BlockState& st, uint64_t
 template <int R, int T>
 CQ_AVX512 void block_q8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                         size_t n, float* y, size_t y_stride, uint64_t j0);
+/// block_q8 without the weight prefetch, for many tokens (q8.cc): each row tile's weights are read
+/// from memory once and then reused by every token tile from L1/L2, where a prefetch per row and
+/// superblock only takes issue slots.
+template <int R, int T>
+CQ_AVX512 void block_q8_reuse(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0);
 /// q4_tiled, q4_block, q4tp (nibble.cc; D is the dtype).
 template <DType D, int R, int T>
 CQ_AVX512 void block_nib(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,

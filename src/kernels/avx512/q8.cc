@@ -8,13 +8,15 @@ namespace cortiq::kernels::avx512_detail {
 namespace {
 
 /// One Q8-family superblock s (64 columns) of R rows × T tokens: acc[k][t] += the int32 lane sums
-/// (see tile_q8). Full: all 64 columns exist (the hot loop: plain loads, no mask).
-template <bool Full, int R, int T>
+/// (see tile_q8). Full: all 64 columns exist (the hot loop: plain loads, no mask). Pf: prefetch the
+/// rows pfd bytes ahead.
+template <bool Full, bool Pf, int R, int T>
 CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s, uint64_t cols, uint64_t pfd,
                               __m512i (&acc)[R][T]) {
   const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i wv[R];
-  for (int k = 0; k < R; ++k) prefetch(w[k] + 64 * s + pfd);
+  if constexpr (Pf)
+    for (int k = 0; k < R; ++k) prefetch(w[k] + 64 * s + pfd);
   for (int k = 0; k < R; ++k)
     wv[k] = _mm512_xor_si512(Full ? _mm512_loadu_si512(w[k] + 64 * s)
                                   : _mm512_maskz_loadu_epi8(mask64(cols - 64 * s), w[k] + 64 * s),
@@ -27,8 +29,9 @@ CQ_AVX512 inline void q8_step(const int8_t* const* w, const QAct* a, uint64_t s,
 
 /// q8_row / q8_2f: R rows × T tokens. Each chunk of kQ8Chunk superblocks sums into int32 lanes
 /// (starting from the activation's bias), then gets one convert and one FMA with the lane scales
-/// (quantize_act_q8); the row's f16 scale multiplies the reduced sum.
-template <int R, int T>
+/// (quantize_act_q8); the row's f16 scale multiplies the reduced sum. Pf: software prefetch of the
+/// weight rows (block_q8_reuse leaves it out).
+template <bool Pf, int R, int T>
 CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float* out) {
   const uint64_t cols = pl.cols, nsb = (cols + 63) / 64, nfull = cols / 64;
   const int8_t* w[R];
@@ -50,13 +53,13 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
         // accumulator between registers once per superblock (q8_row matmul_n64, 4 × 2, 1 thread:
         // 0.80–0.86× the time). The matvec tile (T = 1) measured 1.03–1.07× slower unrolled.
         CQ_UNROLL
-        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, Pf, R, T>(w, a, s, cols, pfd, acc);
       } else {
-        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
+        for (uint64_t s = s0; s < s0 + kQ8Chunk; ++s) q8_step<true, Pf, R, T>(w, a, s, cols, pfd, acc);
       }
     } else {
-      for (uint64_t s = s0; s < std::min(s1, nfull); ++s) q8_step<true, R, T>(w, a, s, cols, pfd, acc);
-      if (nfull < s1) q8_step<false, R, T>(w, a, nfull, cols, pfd, acc);
+      for (uint64_t s = s0; s < std::min(s1, nfull); ++s) q8_step<true, Pf, R, T>(w, a, s, cols, pfd, acc);
+      if (nfull < s1) q8_step<false, Pf, R, T>(w, a, nfull, cols, pfd, acc);
     }
     for (int t = 0; t < T; ++t) {
       const __m512 d = _mm512_loadu_ps(a[t].d + l);
@@ -71,11 +74,12 @@ CQ_AVX512 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, floa
 }
 
 /// The tile of q8 for block_tiles.
+template <bool Pf>
 struct Q8Tile {
   template <int R, int T>
   CQ_AVX512 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                             const QAct* a, float* out) {
-    (void)st, (void)li, tile_q8<R, T>(pl, rows, a, out);
+    (void)st, (void)li, tile_q8<Pf, R, T>(pl, rows, a, out);
   }
 };
 
@@ -84,8 +88,16 @@ struct Q8Tile {
 template <int R, int T>
 CQ_AVX512 void block_q8(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc, const ActSet& acts,
                         size_t n, float* y, size_t y_stride, uint64_t j0) {
-  block_tiles<R, T, Q8Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_tiles<R, T, Q8Tile<true>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
+
+template <int R, int T>
+CQ_AVX512 void block_q8_reuse(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
+                              const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
+  block_tiles<R, T, Q8Tile<false>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+}
+template void block_q8_reuse<4, 2>(const Plan&, const BlockState&, uint64_t, uint64_t, const ActSet&, size_t,
+                                   float*, size_t, uint64_t);
 
 // Every tile shape block_int8 uses (CQ_AVX512_TILE_SHAPES).
 #define CQ_INSTANTIATE(R, T)                                                                              \
