@@ -211,6 +211,27 @@ TEST_P(SimdDtype, MatmulTileTailsEqualMatvecsBitwise) {
   }
 }
 
+// Rows of 2048 columns or more take other matvec row tiles than short rows (4 rows instead of 8 for
+// q4tp and q4_block); matvec must still equal every token of a matmul bit for bit and stay within
+// the int8 bound of the reference.
+TEST_P(SimdDtype, LongRowMatvecEqualsMatmulBitwise) {
+  const DType t = GetParam();
+  if (!simd_supported(t)) GTEST_SKIP();
+  const uint64_t rows = 11, cols = 2080;  // 65 groups of 32: four NIBQ quads and a NIB superblock
+  const Tensor w = make(t, rows, cols, gaussian(rows * cols, 41, 0.1f));
+  const size_t n = 3;
+  const auto X = gaussian(n * cols, 42);
+  std::vector<float> Y(n * rows), y(rows), yr(rows);
+  matmul_simd(w.view, X.data(), n, Y.data(), serial_pool(), false);
+  for (size_t i = 0; i < n; ++i) {
+    const float* xi = X.data() + i * cols;
+    matvec_rows_simd(w.view, 0, rows, xi, y.data(), serial_pool(), false);
+    EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + i * rows, rows * 4)) << "token " << i;
+    matvec_rows_ref(w.view, 0, rows, xi, yr.data(), serial_pool());
+    for (uint64_t r = 0; r < rows; ++r) EXPECT_NEAR(y[r], yr[r], int8_bound(w, r, xi, yr[r])) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, SimdDtype, ::testing::ValuesIn(kAll),
                          [](const auto& info) { return std::string(quant::dtype_name(info.param)); });
 

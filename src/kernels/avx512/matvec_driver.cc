@@ -264,6 +264,11 @@ CQ_AVX512 void block_int8_rt(const Plan& pl, const BlockState& st, uint64_t r0, 
 /// 48–49 → 50–53 tok/s (1 thread), 90 → 98 (2). The nibble codecs keep their row tiles: they are
 /// compute-bound at T = 1, and one row at a time costs them 30–40% (each activation load then
 /// serves one row).
+/// Columns from which NIBQ matvecs take 4-row tiles instead of 8 (kernels_bench q4tp matvec, min of 5
+/// interleaved, 896x4864: 1 thread 62.7 → 51.4 µs, 2 threads 41.4 → 35.1; the 896-column shapes
+/// stay at 8 rows, where 4 measured 1.00–1.07× their time).
+constexpr uint64_t kNibqLongRow = 2048;
+
 /// Tokens from which q8 matmuls take block_q8_reuse (batches of a few decode steps stream each
 /// weight row once, as a matvec, and keep the prefetch).
 constexpr size_t kQ8ReuseTokens = 16;
@@ -282,7 +287,9 @@ CQ_AVX512 void block_int8(const Plan& pl, const BlockState& st, uint64_t r0, uin
     else
       block_int8_rt<2, 3>(pl, st, r0, rc, acts, n, y, y_stride, j0);
   } else if (pl.fam == Fam::NIBQ) {
-    if (n == 1)  // each row's chunk is applied to the token in turn (nibq_step)
+    if (n == 1 && pl.cols >= kNibqLongRow)  // each row's chunk is applied to the token in turn
+      block_int8_rt<4, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+    else if (n == 1)
       block_int8_rt<8, 1>(pl, st, r0, rc, acts, n, y, y_stride, j0);
     else  // 4-row chunks unpacked once per kFewTokens tokens
       for (size_t i0 = 0; i0 < n; i0 += kFewTokens) {
