@@ -4,6 +4,7 @@
 // DRAM as a decode step does (a different copy per call), `matmul_n4` is a 4-sequence serve step;
 // reporting weight bytes read per second (bytes_per_second = payload bytes × calls / s), plus a
 // plain streaming memory read (same threads) as the roofline, and a few batched-prefill (matmul) runs.
+// `avx2/…` runs the AVX2 tier (matvec and a 64-token matmul, both paths) on the layer shapes.
 //
 // Payloads are random bytes of the exact payload size (random f32/f16/bf16 values for the float
 // dtypes), which is valid for timing: every fixed-size layout accepts any bytes.
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_avx2.h"
 #include "kernels/simd_matvec.h"
 #include "quant/dtype.h"
 #include "quant/layout.h"
@@ -178,6 +180,30 @@ void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size
   ThreadPool& pool = pool_of(threads);
   for (auto _ : st) {
     cortiq::kernels::matmul_simd(w.view, x.data(), n, y.data(), pool, exact);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations() * n), benchmark::Counter::kIsRate);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
+}
+
+/// The AVX2 tier (simd_avx2.h) on the same tensors: n = 1 is a matvec (matvec_rows_avx2), n > 1 a
+/// batched matmul (matmul_avx2); `exact` picks the f32-activation path. Skipped (not registered) on
+/// CPUs without AVX2 + FMA + F16C.
+void BM_avx2(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, bool exact,
+             size_t threads) {
+  Tensor& w = tensor(t, rows, cols);
+  std::vector<float> x(n * cols), y(n * rows);
+  std::mt19937 g(2);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : st) {
+    if (n == 1)
+      cortiq::kernels::matvec_rows_avx2(w.view, 0, rows, x.data(), y.data(), pool, exact);
+    else
+      cortiq::kernels::matmul_avx2(w.view, x.data(), n, y.data(), pool, exact);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -399,6 +425,22 @@ int main(int argc, char** argv) {
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
+  // The AVX2 tier: every codec it implements, matvec (n = 1) and a 64-token matmul, both paths.
+  for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
+    for (DType t : kTypes)
+      for (size_t n : {size_t{1}, size_t{64}})
+        for (bool exact : {true, false})
+          for (size_t th : {1, 2}) {
+            const bool floatw = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+            if (!cortiq::kernels::avx2_supported(t) || (floatw && !exact)) continue;
+            const std::string name = "avx2/" + std::string(n == 1 ? "matvec" : "matmul_n64") + "/" +
+                                     std::string(cortiq::quant::dtype_name(t)) + "/" +
+                                     std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + "/" +
+                                     (exact ? "exact" : "int8") + "/threads:" + std::to_string(th);
+            benchmark::RegisterBenchmark(name.c_str(), BM_avx2, t, sh.rows, sh.cols, n, exact, th)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
   // A continuous-batching decode step of 4 sequences (cortiq serve --parallel ≥ 4).
   for (const auto& sh : {Shape{4864, 896}, Shape{896, 4864}})
     for (DType t : {DType::Q8Row, DType::Q4Tiled, DType::Q4TP})
