@@ -1,4 +1,4 @@
-// Pieces shared by the two SIMD tiers (avx512/: AVX-512, simd_avx2.cc: AVX2): the row-block
+// Pieces shared by the two SIMD tiers (avx512/: AVX-512, avx2/: AVX2): the row-block
 // size, the weight prefetch distance, scratch growth, the exp2 table of the q4tp/q2tp ladders, and
 // the scalar q1s outlier and q1t overlay passes (compiled for FMA + F16C, which both tiers have).
 // Internal to src/kernels (not part of the kernels API).
