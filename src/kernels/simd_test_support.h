@@ -4,11 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "kernels/tier_caps.h"
 #include "kernels/weight_view.h"
 #include "quant/codec.h"
 #include "quant/layout.h"
@@ -19,10 +21,12 @@ namespace cortiq::kernels::test {
 
 using quant::DType;
 
-/// Every dtype that has a SIMD kernel in some tier.
-inline constexpr DType kSimdDtypes[] = {
-    DType::F32,  DType::F16,  DType::BF16, DType::Q8Row, DType::Q8_2F, DType::Q4Block, DType::Q4Tiled,
-    DType::Q4TP, DType::Q2TP, DType::Q1,   DType::Q1S,   DType::Q1T,   DType::VBit,    DType::VBitRo};
+/// Every dtype that has a SIMD kernel in some tier: the rows of the tier capability table.
+inline constexpr auto kSimdDtypes = [] {
+  std::array<DType, std::size(simd_detail::kTierCaps)> a{};
+  for (size_t i = 0; i < a.size(); ++i) a[i] = simd_detail::kTierCaps[i].t;
+  return a;
+}();
 
 /// Codecs whose encoder accepts any column count (the others need cols % 32 == 0).
 inline bool any_cols(DType t) {

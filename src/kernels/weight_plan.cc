@@ -5,6 +5,7 @@
 
 #include "kernels/simd_avx2.h"
 #include "kernels/simd_matvec.h"
+#include "kernels/tier_caps.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -12,35 +13,8 @@ namespace cortiq::kernels {
 
 using quant::DType;
 
-namespace {
-
-/// The dtypes some SIMD tier has a kernel for (simd_supported / avx2_supported on a CPU with it).
-bool simd_dtype(DType t) noexcept {
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8Row:
-    case DType::Q8_2F:
-    case DType::Q4Block:
-    case DType::Q4Tiled:
-    case DType::Q4TP:
-    case DType::Q2TP:
-    case DType::Q1:
-    case DType::Q1S:
-    case DType::Q1T:
-    case DType::VBit:
-    case DType::VBitRo:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 std::shared_ptr<const WeightPlan> make_weight_plan(const WeightView& w) {
-  if (!simd_dtype(w.dtype)) return nullptr;
+  if (!simd_detail::any_tier_has_kernel(w.dtype)) return nullptr;  // tier_caps.h
   auto pl = std::make_shared<WeightPlan>();
   pl->dtype = w.dtype;
   pl->data = w.payload.data();

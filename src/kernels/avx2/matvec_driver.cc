@@ -5,6 +5,7 @@
 // vbit.cc) or to the exact path (exact.cc). Internals shared by those files: matvec_internal.h.
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/avx2/matvec_internal.h"
+#include "kernels/tier_caps.h"
 
 namespace cortiq::kernels {
 
@@ -17,26 +18,7 @@ bool avx2_cpu_ok() noexcept {
 }
 
 bool avx2_supported(DType t) noexcept {
-  if (!avx2_cpu_ok()) return false;
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8Row:
-    case DType::Q8_2F:
-    case DType::Q4Block:
-    case DType::Q4Tiled:
-    case DType::Q4TP:
-    case DType::Q2TP:  // int8 path tile_q2
-    case DType::Q1:    // int8 path tile_q1 (cols % 32 == 0)
-    case DType::Q1S:   // tile_q1 + the outliers in f32; unordered outliers: exact path via quant::RowDecoder
-    case DType::Q1T:   // int8 path tile_q1t + the overlay in f32 (simd_detail::add_q1t_overlay)
-    case DType::VBit:  // int8 path tile_vbit; exact path: codes unpacked 8 at a time (64-bit shifts)
-    case DType::VBitRo:
-      return true;
-    default:
-      return false;
-  }
+  return avx2_cpu_ok() && simd_detail::avx2_has_kernel(t);  // tier_caps.h
 }
 
 namespace avx2_detail {

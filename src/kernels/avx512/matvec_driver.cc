@@ -6,6 +6,7 @@
 #if defined(__x86_64__) || defined(__i386__)  // other CPUs: simd_portable.cc
 #include "kernels/avx512/matvec_internal.h"
 #include "kernels/avx512/tp_ladders.h"
+#include "kernels/tier_caps.h"
 
 namespace cortiq::kernels {
 
@@ -25,27 +26,7 @@ bool simd_vbmi_ok() noexcept {
 }
 
 bool simd_supported(DType t) noexcept {
-  if (!simd_cpu_ok()) return false;
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8Row:
-    case DType::Q8_2F:
-    case DType::Q4Block:
-    case DType::Q4Tiled:
-    case DType::Q4TP:
-    case DType::Q2TP:
-    case DType::Q1:
-    case DType::Q1S:  // q1 kernels + the outliers in f32; needs ascending indices (else the reference)
-    case DType::Q1T:  // int8 path only with VBMI (simd_vbmi_ok), else the exact path in both modes
-      return true;
-    case DType::VBit:  // bit-field unpacking with vpermb/vpmultishiftqb (VBMI)
-    case DType::VBitRo:
-      return simd_vbmi_ok();
-    default:
-      return false;
-  }
+  return simd_cpu_ok() && simd_detail::avx512_has_kernel(t, simd_vbmi_ok());  // tier_caps.h
 }
 
 namespace avx512_detail {
