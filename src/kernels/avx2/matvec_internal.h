@@ -119,20 +119,20 @@ constexpr uint64_t kQ8Chunk = 8;
 /// lane biases: NIB, Q1: nb blocks of 32 int8, one scale per block (ds = nb) and 8 lane biases per
 /// block (−8·Σq, −Σq); Q8: 8 lane scales per chunk (ds = 8·⌈nb/8⌉), no bias; Q2: ⌈nb/4⌉ superblocks
 /// of 128 int8, 8 lane scales and 8 lane biases (−3·Σq) each.
-struct ActSet {
-  uint64_t xs = 0, ds = 0, bs = 0;
-  const int8_t* xq = nullptr;
-  const float* d = nullptr;
-  const int32_t* bias = nullptr;
-};
+/// One token's quantized activation (pointers into an ActSet).
 struct QAct {
   const int8_t* xq;
   const float* d;
   const int32_t* bias;
 };
-inline QAct act_at(const ActSet& a, size_t i) {
-  return {a.xq + i * a.xs, a.d + i * a.ds, a.bias + i * a.bs};
-}
+struct ActSet {
+  uint64_t xs = 0, ds = 0, bs = 0;
+  const int8_t* xq = nullptr;
+  const float* d = nullptr;
+  const int32_t* bias = nullptr;
+  /// Token i's activation.
+  QAct at(size_t i) const { return {xq + i * xs, d + i * ds, bias + i * bs}; }
+};
 
 /// q4tp / q2tp: the 40 code bits of groups g..g+7 (g % 8 == 0) of row r, LSB-first (fewer at the row end).
 inline uint64_t code_window(const Plan& pl, uint64_t r, uint64_t g) {
@@ -183,30 +183,8 @@ CQ_AVX2 void unpack_vbit_rows(const Plan& pl, BlockState& st, uint64_t r0, uint6
 /// The (R, T) tile shapes block_int8 uses; X(R, T) for each.
 #define CQ_AVX2_TILE_SHAPES(X) X(1, 1) X(2, 2) X(2, 4) X(4, 1) X(4, 2)
 
-/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles of
-/// Tile::run<R, T>(pl, st, rows, li, a, out). Row/token tails are padded by repeating the last
-/// row/token and dropping those outputs.
-template <int R, int T, class Tile>
-CQ_AVX2 inline void block_tiles(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
-                                const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
-  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
-    uint64_t rows[R], li[R];
-    for (int k = 0; k < R; ++k) {
-      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
-      rows[k] = r0 + li[k];
-    }
-    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
-    for (size_t i0 = 0; i0 < n; i0 += T) {
-      QAct a[T];
-      for (int t = 0; t < T; ++t) a[t] = act_at(acts, std::min<size_t>(i0 + t, n - 1));
-      float out[R * T];
-      Tile::template run<R, T>(pl, st, rows, li, a, out);
-      const size_t tn = std::min<size_t>(T, n - i0);
-      for (uint64_t k = 0; k < kn; ++k)
-        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
-    }
-  }
-}
+// block_tiles: the row-block loop over Tile::run<R, T>, the same text as the AVX-512 tier's (simd_common.h).
+CQ_DEFINE_BLOCK_TILES(CQ_AVX2)
 
 /// The signature every family's row-block loop shares.
 #define CQ_AVX2_BLOCK_ARGS                                                                                \
