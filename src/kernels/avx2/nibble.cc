@@ -77,7 +77,7 @@ struct NibTile {
 
 template <DType D, int R, int T>
 CQ_AVX2 void block_nib(CQ_AVX2_BLOCK_ARGS) {
-  block_tiles<R, T, NibTile<D>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, NibTile<D>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 // Every tile shape block_int8 uses (CQ_AVX2_TILE_SHAPES), for the three dtypes.
