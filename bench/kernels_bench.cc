@@ -378,6 +378,16 @@ int main(int argc, char** argv) {
                                256, 1)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
+  // Prefill of the Qwen2.5-0.5B shapes (q/o, gate/up, down) with float weights: 128 prompt tokens.
+  for (DType t : {DType::F32, DType::F16})
+    for (const auto& sh : {Shape{896, 896}, Shape{4864, 896}, Shape{896, 4864}})
+      benchmark::RegisterBenchmark(
+          ("gemm_exact/" + std::string(cortiq::quant::dtype_name(t)) + "/" + std::to_string(sh.rows) + "x" +
+           std::to_string(sh.cols) + "/n128/threads:1")
+              .c_str(),
+          BM_gemm_exact, t, sh.rows, sh.cols, 128, 1)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
   for (size_t th : {1, 2})
     benchmark::RegisterBenchmark(("memread/threads:" + std::to_string(th)).c_str(), BM_memread, th)
         ->UseRealTime()
@@ -461,13 +471,18 @@ int main(int argc, char** argv) {
 
 // ---------------------------------------------------------------------------------------------
 // Attention of one query position (decode) at the Qwen2.5-0.5B shape: 14 query heads, 2 kv heads,
-// head_dim 64, over `keys` stored keys (KV f32 or f16), reference vs SIMD (simd_attention.h).
+// head_dim 64, over `keys` stored keys (KV f32 or f16): the reference (`_ref`), the AVX-512 tier
+// (`_simd`, simd_attention.h) and the AVX2 tier (`_avx2`, simd_avx2_attention.h).
 // bytes_per_second counts the K and V bytes read per call.
 #include "kernels/simd_attention.h"
+#include "kernels/simd_avx2.h"
+#include "kernels/simd_avx2_attention.h"
 
 namespace {
 
-void BM_attention(benchmark::State& st, size_t keys, bool f16, bool simd) {
+enum class AttnTier { Ref, Avx512, Avx2 };
+
+void BM_attention(benchmark::State& st, size_t keys, bool f16, AttnTier tier) {
   cortiq::kernels::AttentionParams p;
   p.n_heads = 14;
   p.n_kv_heads = 2;
@@ -490,13 +505,19 @@ void BM_attention(benchmark::State& st, size_t keys, bool f16, bool simd) {
   kv.v = f16 ? static_cast<const void*>(vh.data()) : vf.data();
   kv.f16 = f16;
   kv.capacity = keys;
-  if (simd && !cortiq::kernels::simd_cpu_ok()) {
+  if (tier == AttnTier::Avx512 && !cortiq::kernels::simd_cpu_ok()) {
     st.SkipWithError("CPU lacks AVX-512");
     return;
   }
+  if (tier == AttnTier::Avx2 && !cortiq::kernels::avx2_cpu_ok()) {
+    st.SkipWithError("CPU lacks AVX2");
+    return;
+  }
   for (auto _ : st) {
-    if (simd)
+    if (tier == AttnTier::Avx512)
       cortiq::kernels::attention_simd(q.data(), kv, 0, keys, p, nullptr, out.data());
+    else if (tier == AttnTier::Avx2)
+      cortiq::kernels::attention_avx2(q.data(), kv, 0, keys, p, nullptr, out.data());
     else
       cortiq::kernels::attention_ref(q.data(), kv, 0, keys, p, nullptr, out.data());
     benchmark::DoNotOptimize(out.data());
@@ -507,13 +528,29 @@ void BM_attention(benchmark::State& st, size_t keys, bool f16, bool simd) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(2 * n * (f16 ? 2 : 4)));
 }
 
-BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_ref, 256, false, false)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_simd, 256, false, true)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_ref, 256, true, false)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_simd, 256, true, true)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_ref, 4096, false, false)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_simd, 4096, false, true)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_ref, 4096, true, false)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_simd, 4096, true, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_ref, 256, false, AttnTier::Ref)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_simd, 256, false, AttnTier::Avx512)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f32_avx2, 256, false, AttnTier::Avx2)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_ref, 256, true, AttnTier::Ref)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_simd, 256, true, AttnTier::Avx512)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_256keys_f16_avx2, 256, true, AttnTier::Avx2)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_ref, 4096, false, AttnTier::Ref)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_simd, 4096, false, AttnTier::Avx512)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f32_avx2, 4096, false, AttnTier::Avx2)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_ref, 4096, true, AttnTier::Ref)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_simd, 4096, true, AttnTier::Avx512)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_attention, qwen05b_4096keys_f16_avx2, 4096, true, AttnTier::Avx2)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

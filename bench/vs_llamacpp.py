@@ -69,7 +69,9 @@ def run_cortiq(a, path, out_json):
     res = {}
     for o in recs:
         test = "pp" if o["n_prompt"] else "tg"
-        res[(test, o["n_threads"])] = (o["samples_ts"], o.get("dtype_kernel", {}))
+        kern = dict(o.get("dtype_kernel", {}))
+        kern["amx"] = "amx " + o.get("amx", "?")
+        res[(test, o["n_threads"])] = (o["samples_ts"], kern)
     return res
 
 

@@ -17,7 +17,7 @@ foreach(l ${CORTIQ_LIB_LAYERS})
   list(APPEND _cortiq_objs $<TARGET_OBJECTS:cortiq_${l}>)
 endforeach()
 # What the layers link (the link lists of cortiq_add_layer above, minus the layers themselves).
-set(CORTIQ_LIB_DEPS fmt::fmt Threads::Threads nlohmann_json::nlohmann_json OpenSSL::Crypto PkgConfig::HWY
+set(CORTIQ_LIB_DEPS fmt::fmt Threads::Threads nlohmann_json::nlohmann_json OpenSSL::Crypto
                     PkgConfig::ONIG PkgConfig::UTF8PROC)
 
 add_library(cortiq_shared SHARED ${_cortiq_objs})
@@ -37,7 +37,7 @@ install(TARGETS cortiq_shared cortiq_static LIBRARY DESTINATION ${CMAKE_INSTALL_
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/include/cortiq.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # The static archive's own dependencies, for pkg-config --static and the CMake static target.
-set(CORTIQ_STATIC_LIBS "-lfmt -lcrypto -lhwy -lonig -lutf8proc -lstdc++ -lm -lpthread")
+set(CORTIQ_STATIC_LIBS "-lfmt -lcrypto -lonig -lutf8proc -lstdc++ -lm -lpthread")
 # Relocatable: the prefix is found from where cortiq.pc lies (cmake --install --prefix P works).
 file(RELATIVE_PATH CORTIQ_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" CORTIQ_PC_TO_PREFIX "${CORTIQ_PC_TO_PREFIX}")

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS=(cmake ninja-build g++ clang pkg-config git
-      nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libonig-dev libutf8proc-dev libhwy-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libonig-dev libutf8proc-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libedit-dev
       python3 python3-numpy python3-jinja2
       chromium)  # headless browser tests: the chat page (tests/clients/page_test.mjs), compile --report

@@ -1,5 +1,7 @@
 // AVX-512 attention kernel for one query position (issue 6; ENGINE-NOTES §3.6). Same contract as
-// kernels::attention_ref (kernels.h), f32 arithmetic instead of double.
+// kernels::attention_ref (kernels.h), f32 arithmetic instead of double. The algorithm is written once
+// for both SIMD tiers in attention/attention_tiles.h; attention/attention_avx512.cc instantiates it for
+// 16 f32 lanes (keys per score vector) and 8 query heads per pass over V.
 //
 // Work order: for each requested kv head, all of its query heads are processed together, so every
 // K and V row is read from memory once per group:

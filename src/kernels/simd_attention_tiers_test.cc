@@ -103,6 +103,32 @@ TEST_P(AttentionTier, MatchesReferenceAcrossHeadDimsAndGroups) {
   }
 }
 
+// Every V-tile width the shared template (attention/attention_tiles.h) instantiates — 1..8 query heads
+// per pass over V on AVX-512, 1..4 on AVX2 — and groups spanning several tiles (9 = 8 + 1, 17 = 8 + 8 + 1
+// on AVX-512; 4 + … + 1 on AVX2), at head_dims giving each chunk shape of the V pass: 12 (one partial
+// chunk on AVX-512, a full + partial pair on AVX2), 24 (a full + partial pair / a pair and a single full
+// chunk), 40 (a full pair and a partial chunk / two pairs and a full chunk), 48 (a pair and a full chunk /
+// three pairs).
+TEST_P(AttentionTier, EveryHeadTileWidth) {
+  uint32_t seed = 500;
+  for (size_t group = 1; group <= 17; ++group) {
+    for (size_t hd : {12, 24, 40, 48}) {
+      for (bool f16 : {false, true}) {
+        Case c;
+        c.n_kv = 2;
+        c.n_heads = 2 * group;
+        c.hd = hd;
+        c.cap = 40;
+        c.begin = 2;
+        c.end = 39;  // 37 keys: full key blocks and a tail of 5
+        c.f16 = f16;
+        c.seed = seed++;
+        check_case(c);
+      }
+    }
+  }
+}
+
 TEST_P(AttentionTier, KeyRanges) {
   uint32_t seed = 100;
   const size_t ranges[][3] = {{0, 1, 8},   {7, 8, 8},    {0, 8, 8},       {0, 16, 16},

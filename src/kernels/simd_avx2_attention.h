@@ -1,6 +1,8 @@
 // AVX2 attention kernel for one query position (issue 6; ENGINE-NOTES §3.6), for x86 CPUs with AVX2 + FMA
 // + F16C but without the AVX-512 features of simd_attention.h. Same contract as kernels::attention_ref
-// (kernels.h), f32 arithmetic instead of double; the design of attention_simd with 256-bit vectors.
+// (kernels.h), f32 arithmetic instead of double; the design of attention_simd with 256-bit vectors: the
+// same template (attention/attention_tiles.h), instantiated in attention/attention_avx2.cc for 8 f32 lanes
+// and 4 query heads per pass over V.
 //
 // Backend: functions compiled with `__attribute__((target("avx2,fma,f16c")))` (the project is built without
 // -mavx2), only reached after avx2_cpu_ok() (simd_avx2.h) checked the CPU.

@@ -28,17 +28,17 @@ CQ_AVX512 inline __mmask16 tail_mask(uint64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-/// The FMA chains of phases q0 … q0+P−1 of an R × T tile: acc[p][k][t] = the chain over the chunks
-/// j ≡ q0+p (mod 4), in ascending order, of w[k] and x[t] — full 64-column blocks first, then the
-/// full chunks left and the masked tail chunk (lanes past the row 0), exactly as the exact dot
-/// walks them.
+/// Continues the FMA chains of phases q0 … q0+P−1 of an R × T tile over the columns [c0, c1):
+/// acc[p][k][t] += the chain over the chunks j ≡ q0+p (mod 4) in that range, in ascending order,
+/// of w[k] and x[t] — full 64-column blocks first, then, when c1 = cols, the full chunks left and
+/// the masked tail chunk (lanes past the row 0), exactly as the exact dot walks them. c0 is a
+/// multiple of 64, and so is c1 unless c1 = cols: a chain split at such a boundary runs the same
+/// FMAs in the same order as one unsplit.
 template <int R, int T, int P, class L>
-CQ_AVX512 inline void tile_phases(const L* w, const float* const* x, uint64_t cols, int q0,
-                                  __m512 (&acc)[P][R][T]) {
-  CQ_UNROLL for (int p = 0; p < P; ++p) CQ_UNROLL for (int k = 0; k < R; ++k)
-      CQ_UNROLL for (int t = 0; t < T; ++t) acc[p][k][t] = _mm512_setzero_ps();
-  uint64_t c = 0;
-  for (; c + 64 <= cols; c += 64) CQ_UNROLL for (int p = 0; p < P; ++p) {
+CQ_AVX512 inline void run_phases(const L* w, const float* const* x, uint64_t c0, uint64_t c1, uint64_t cols,
+                                 int q0, __m512 (&acc)[P][R][T]) {
+  uint64_t c = c0;
+  for (; c + 64 <= c1; c += 64) CQ_UNROLL for (int p = 0; p < P; ++p) {
       const uint64_t cc = c + 16 * static_cast<uint64_t>(q0 + p);
       __m512 wv[R];
       CQ_UNROLL for (int k = 0; k < R; ++k) wv[k] = w[k].ld(cc);
@@ -47,6 +47,7 @@ CQ_AVX512 inline void tile_phases(const L* w, const float* const* x, uint64_t co
         CQ_UNROLL for (int k = 0; k < R; ++k) acc[p][k][t] = _mm512_fmadd_ps(wv[k], xv, acc[p][k][t]);
       }
     }
+  if (c1 != cols) return;
   for (int p = 0; p < P; ++p) {
     const uint64_t cc = c + 16 * static_cast<uint64_t>(q0 + p);
     if (cc >= cols) break;
@@ -58,6 +59,15 @@ CQ_AVX512 inline void tile_phases(const L* w, const float* const* x, uint64_t co
       CQ_UNROLL for (int k = 0; k < R; ++k) acc[p][k][t] = _mm512_fmadd_ps(wv[k], xv, acc[p][k][t]);
     }
   }
+}
+
+/// The FMA chains of phases q0 … q0+P−1 of an R × T tile over the whole row, from zero.
+template <int R, int T, int P, class L>
+CQ_AVX512 inline void tile_phases(const L* w, const float* const* x, uint64_t cols, int q0,
+                                  __m512 (&acc)[P][R][T]) {
+  CQ_UNROLL for (int p = 0; p < P; ++p) CQ_UNROLL for (int k = 0; k < R; ++k)
+      CQ_UNROLL for (int t = 0; t < T; ++t) acc[p][k][t] = _mm512_setzero_ps();
+  run_phases<R, T, P>(w, x, 0, cols, cols, q0, acc);
 }
 
 /// comb[t·kBlock + k] = (a0+a1)+(a2+a3) of output (w[k], x[t]) for an R × T tile, running P of the
@@ -144,12 +154,61 @@ CQ_AVX512 void gemm_block(const L* rows, uint64_t rc, uint64_t cols, const float
   }
 }
 
+/// Columns per panel of gemm_block_panels (a multiple of 64): the 4 activation rows' panel
+/// (16 KB in f32) stays in L1 while the block's 16 weight rows run over it.
+constexpr uint64_t kPanelCols = 1024;
+
+/// gemm_block for rows longer than one panel (the FFN down projection's 4864 columns): the
+/// activation tile's rows (4 × cols f32 = 78 KB there) no longer fit L1 and were streamed from L2
+/// once per weight-row group. Here the columns go in panels of kPanelCols; each of the block's
+/// R-row groups continues its four phase chains over the panel from the state kept in `st` (16 KB),
+/// so every output runs the same FMAs in the same order as in gemm_block (bit-identical), and the
+/// activation panel is read from L2 once per tile instead of once per group.
+template <int R, int T, class L>
+CQ_AVX512 void gemm_block_panels(const L* rows, uint64_t rc, uint64_t cols, const float* x, size_t n,
+                                 float* y, size_t y_stride, uint64_t j0) {
+  constexpr int kGroups = static_cast<int>(kBlock) / R;
+  alignas(64) __m512 st[kGroups][4][R][T];
+  alignas(64) __m512 comb[T * kBlock];
+  for (auto& v : comb) v = _mm512_setzero_ps();  // rows past the block's reduce to ignored lanes
+  const __mmask16 store = tail_mask(rc);
+  const int groups = static_cast<int>((rc + R - 1) / R);
+  for (size_t i0 = 0; i0 < n; i0 += T) {
+    const float* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = x + std::min<size_t>(i0 + t, n - 1) * cols;
+    for (uint64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
+      const uint64_t c1 = std::min(cols, c0 + kPanelCols);
+      for (int g = 0; g < groups; ++g) {
+        L w[R];
+        for (int k = 0; k < R; ++k) w[k] = rows[std::min<uint64_t>(g * R + k, rc - 1)];
+        for (int q = 0; q < 4; ++q) {
+          __m512 acc[1][R][T];
+          CQ_UNROLL for (int k = 0; k < R; ++k) CQ_UNROLL for (int t = 0; t < T; ++t) acc[0][k][t] =
+              c0 == 0 ? _mm512_setzero_ps() : st[g][q][k][t];
+          run_phases<R, T, 1>(w, xs, c0, c1, cols, q, acc);
+          CQ_UNROLL for (int k = 0; k < R; ++k) CQ_UNROLL for (int t = 0; t < T; ++t) st[g][q][k][t] =
+              acc[0][k][t];
+        }
+      }
+    }
+    for (int g = 0; g < groups; ++g)
+      CQ_UNROLL for (int k = 0; k < R; ++k) CQ_UNROLL for (int t = 0; t < T; ++t)
+          comb[t * kBlock + g * R + k] = _mm512_add_ps(_mm512_add_ps(st[g][0][k][t], st[g][1][k][t]),
+                                                       _mm512_add_ps(st[g][2][k][t], st[g][3][k][t]));
+    const size_t tn = std::min<size_t>(T, n - i0);
+    for (size_t t = 0; t < tn; ++t)
+      _mm512_mask_storeu_ps(y + (i0 + t) * y_stride + j0, store, reduce16(comb + t * kBlock));
+  }
+}
+
 /// The register tile: 4 weight rows × 4 activation rows, one phase at a time (16 accumulators).
 /// Measured against 4×6 and 4×5 (one phase), 8×3 (one), 2×4 (two phases at a time) and 2×3 (all
 /// four) on the trainer's shapes: 4×4 and 4×5 fastest, within noise of each other (bench/README.md).
+/// Rows longer than a panel take the column-panelled driver.
 template <class L>
 CQ_AVX512 void gemm_rows(const L* rows, uint64_t rc, uint64_t cols, const float* x, size_t n, float* y,
                          size_t y_stride, uint64_t j0) {
+  if (cols > kPanelCols) return gemm_block_panels<4, 4>(rows, rc, cols, x, n, y, y_stride, j0);
   gemm_block<4, 4, 1>(rows, rc, cols, x, n, y, y_stride, j0);
 }
 

@@ -90,7 +90,6 @@ void check_direct(const Tensor& w, uint64_t r0, uint64_t rc, size_t n, uint32_t 
   }
 }
 
-
 TEST(GemmExact, EqualsExactDotBitwiseOverShapes) {
   if (!simd_cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU";
   uint32_t seed = 100;
@@ -100,6 +99,22 @@ TEST(GemmExact, EqualsExactDotBitwiseOverShapes) {
       const Tensor w = make(t, rows, cols, gaussian(rows * cols, ++seed, 0.3f));
       for (size_t n : {1, 5, 6, 7, 13, 16, 47, 48, 49, 97})
         for (auto [r0, rc] : {std::pair<uint64_t, uint64_t>{0, 16}, {2, 1}, {3, 7}, {0, 21}, {5, 4}})
+          check_direct(w, r0, rc, n, ++seed);
+    }
+}
+
+/// Rows longer than one column panel (1024) take the panelled driver, whose chains continue across
+/// panel boundaries: the same bits as the unsplit exact dot, with the leftover chunks and the
+/// masked tail in the last panel (4864 = the FFN down projection of Qwen2.5-0.5B).
+TEST(GemmExact, EqualsExactDotBitwiseAcrossColumnPanels) {
+  if (!simd_cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  uint32_t seed = 900;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (uint64_t cols : {1025, 1040, 1088, 2047, 2048, 2113, 4864}) {
+      const uint64_t rows = 21;
+      const Tensor w = make(t, rows, cols, gaussian(rows * cols, ++seed, 0.3f));
+      for (size_t n : {1, 6, 13})
+        for (auto [r0, rc] : {std::pair<uint64_t, uint64_t>{0, 16}, {3, 7}, {0, 21}})
           check_direct(w, r0, rc, n, ++seed);
     }
 }

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <random>
 
+#include "kernels/cpu_amx.h"
 #include "kernels/kernels.h"
 #include "kernels/simd_matvec.h"
 #include "model/model.h"
@@ -390,6 +391,7 @@ BenchReport run_bench(const std::string& path, const BenchOptions& opt, const Be
         const auto dt = quant::dtype_from_name(name);
         rep.dtype_kernel[name] = dt ? ops.kernel_name(*dt) : "reference";
       }
+      rep.amx = kernels::amx_state_name(kernels::amx_support().state);
     }
     model::Model& m = *lm.model;
     const model::Variant* var = lm.variant.get();  // the task mask load_model chose (--task)
@@ -532,9 +534,10 @@ std::string to_markdown(const BenchReport& r) {
   for (const auto& [name, k] : r.dtype_kernel)
     kern += fmt::format("{}{}: {}", kern.empty() ? "" : ", ", name, k);
   s += fmt::format(
-      "model: `{}` · file {} · weights {} · params {} · decode reads {} per token · matmul mode: {} ({})\n\n",
+      "model: `{}` · file {} · weights {} · params {} · decode reads {} per token · matmul mode: {} ({}) · "
+      "AMX: {}\n\n",
       r.model_path, format_size(r.file_bytes), format_size(r.weights.total_bytes),
-      format_params(r.weights.params), format_size(r.weights.decode_bytes_per_token), r.mode, kern);
+      format_params(r.weights.params), format_size(r.weights.decode_bytes_per_token), r.mode, kern, r.amx);
   if (r.skill != "none" || !r.skill_how.empty())
     s += fmt::format("skill: {}{}\n\n", r.skill, r.skill_how.empty() ? "" : " (" + r.skill_how + ")");
   if (r.task != "off")
@@ -602,6 +605,7 @@ nlohmann::json to_json(const BenchReport& r) {
     o["ffn_alive_fraction"] = r.ffn_alive;
     o["gathered_bytes"] = r.gathered_bytes;
     o["dtype_kernel"] = r.dtype_kernel;
+    o["amx"] = r.amx;
     o["load"] = r.load;
     for (size_t i = 0; i < r.bandwidth.size(); ++i)
       if (r.bandwidth[i].threads == t.threads && i < r.rss_bytes.size()) {

@@ -198,6 +198,9 @@ struct BenchReport {
   /// dtype_name → "avx512", "avx2" or "reference" (kernels::kernel_name): which kernels run that dtype's
   /// matrices.
   std::map<std::string, std::string> dtype_kernel;
+  /// AMX on this CPU for this process: "absent", "refused" or "ready" (kernels::amx_support); no
+  /// kernel uses the tiles yet, so "ready" says only that an AMX tier could run here.
+  std::string amx = "absent";
   std::vector<Bandwidth> bandwidth;  ///< one per thread count
   std::string load;                  ///< "mmap" or "memory" (LoadOptions::no_mmap)
   std::string task = "off";          ///< the task mask the tests ran under ("off" = dense)
@@ -240,7 +243,8 @@ std::string to_markdown(const BenchReport& r);
 /// model_type, model_size, model_n_params, n_threads, n_prompt, n_gen, test, avg_ns, stddev_ns,
 /// avg_ts, stddev_ts, samples_ns, samples_ts) plus dtype_bytes {dtype: bytes},
 /// decode_bytes_per_token, bandwidth_gbs, roofline (null for pp), bound_ts, exact (bool),
-/// matmul_mode, dtype_kernel {dtype: "avx512"|"avx2"|"reference"} (kernels::kernel_name).
+/// matmul_mode, dtype_kernel {dtype: "avx512"|"avx2"|"reference"} (kernels::kernel_name), amx
+/// ("absent"|"refused"|"ready").
 nlohmann::json to_json(const BenchReport& r);
 
 /// "494.03 M" / "1.54 B" style count; "468.64 MiB" / "1.20 GiB" style size (llama-bench).
