@@ -31,6 +31,11 @@ CQ_AVX2 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float*
   const int8_t* w[R];
   for (int k = 0; k < R; ++k) w[k] = reinterpret_cast<const int8_t*>(pl.p + rows[k] * cols);
   const uint64_t pfd = prefetch_distance(pl.row_bytes, R);
+  // ragged last block: zero-padded copies (the activation padding is 0 too), made before the loop so
+  // that no call sits in it (a memcpy there made GCC keep the accumulators and constants on the stack)
+  alignas(32) int8_t tail[R][32] = {};
+  if (nb > nfull)
+    for (int k = 0; k < R; ++k) std::memcpy(tail[k], w[k] + 32 * nfull, cols - 32 * nfull);
   __m256 f[R][T];
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
@@ -46,12 +51,8 @@ CQ_AVX2 void tile_q8(const Plan& pl, const uint64_t* rows, const QAct* a, float*
           prefetch(w[k] + 32 * b + pfd);
           wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[k] + 32 * b));
         }
-      } else {  // ragged last block: zero-padded copy (the activation padding is 0 too)
-        for (int k = 0; k < R; ++k) {
-          alignas(32) int8_t buf[32] = {};
-          std::memcpy(buf, w[k] + 32 * b, cols - 32 * b);
-          wv[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-        }
+      } else {
+        for (int k = 0; k < R; ++k) wv[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail[k]));
       }
       q8_step<R, T>(wv, a, b, acc);
     }
