@@ -170,8 +170,11 @@ void BM_matvec(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, Path
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
 }
 
-void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, bool exact,
-               size_t threads) {
+/// Times `product(w, x, y, pool)` on the [rows, cols] tensor of dtype t and n Gaussian activation
+/// rows x [n, cols] into y [n, rows]; reports tok/s (n per call) and the weight bytes read per call.
+template <class Product>
+void time_product(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, size_t threads,
+                  Product product) {
   Tensor& w = tensor(t, rows, cols);
   std::vector<float> x(n * cols), y(n * rows);
   std::mt19937 g(2);
@@ -179,7 +182,7 @@ void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size
   for (auto& v : x) v = nd(g);
   ThreadPool& pool = pool_of(threads);
   for (auto _ : st) {
-    cortiq::kernels::matmul_simd(w.view, x.data(), n, y.data(), pool, exact);
+    product(w.view, x.data(), y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -188,28 +191,24 @@ void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
 }
 
+void BM_matmul(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, bool exact,
+               size_t threads) {
+  time_product(st, t, rows, cols, n, threads, [&](const auto& w, const float* x, float* y, ThreadPool& pool) {
+    cortiq::kernels::matmul_simd(w, x, n, y, pool, exact);
+  });
+}
+
 /// The AVX2 tier (simd_avx2.h) on the same tensors: n = 1 is a matvec (matvec_rows_avx2), n > 1 a
 /// batched matmul (matmul_avx2); `exact` picks the f32-activation path. Skipped (not registered) on
 /// CPUs without AVX2 + FMA + F16C.
 void BM_avx2(benchmark::State& st, DType t, uint64_t rows, uint64_t cols, size_t n, bool exact,
              size_t threads) {
-  Tensor& w = tensor(t, rows, cols);
-  std::vector<float> x(n * cols), y(n * rows);
-  std::mt19937 g(2);
-  std::normal_distribution<float> nd;
-  for (auto& v : x) v = nd(g);
-  ThreadPool& pool = pool_of(threads);
-  for (auto _ : st) {
+  time_product(st, t, rows, cols, n, threads, [&](const auto& w, const float* x, float* y, ThreadPool& pool) {
     if (n == 1)
-      cortiq::kernels::matvec_rows_avx2(w.view, 0, rows, x.data(), y.data(), pool, exact);
+      cortiq::kernels::matvec_rows_avx2(w, 0, rows, x, y, pool, exact);
     else
-      cortiq::kernels::matmul_avx2(w.view, x.data(), n, y.data(), pool, exact);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  st.counters["tok/s"] =
-      benchmark::Counter(static_cast<double>(st.iterations() * n), benchmark::Counter::kIsRate);
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(w.bytes.size()));
+      cortiq::kernels::matmul_avx2(w, x, n, y, pool, exact);
+  });
 }
 
 /// Decode-like streaming: the same matvec over `copies` distinct copies of one random tensor (≥ 384 MiB

@@ -73,6 +73,20 @@ class AttentionTier : public ::testing::TestWithParam<Tier> {
     const size_t lanes = GetParam().lanes;
     check_against_ref(c, d, got, static_cast<double>((c.hd + lanes - 1) / lanes), kRel);
   }
+  /// A grouped-query case: 2 kv heads of `group` query heads each, keys [begin, end) of `cap`.
+  static Case gqa_case(size_t group, size_t hd, bool f16, size_t cap, size_t begin, size_t end,
+                       uint32_t seed) {
+    Case c;
+    c.n_kv = 2;
+    c.n_heads = 2 * group;
+    c.hd = hd;
+    c.cap = cap;
+    c.begin = begin;
+    c.end = end;
+    c.f16 = f16;
+    c.seed = seed;
+    return c;
+  }
   /// Runs the tier on `c` and checks every row against the bound (rows are all requested).
   void check_case(const Case& c) const {
     SCOPED_TRACE(name(c));
@@ -87,18 +101,8 @@ TEST_P(AttentionTier, MatchesReferenceAcrossHeadDimsAndGroups) {
   uint32_t seed = 10;
   for (size_t hd : {64, 80, 96, 128, 256, 72, 100, 1, 7, 12, 17, 33}) {
     for (size_t group : {1, 2, 7}) {
-      for (bool f16 : {false, true}) {
-        Case c;
-        c.n_kv = 2;
-        c.n_heads = 2 * group;
-        c.hd = hd;
-        c.cap = 53;
-        c.begin = 0;
-        c.end = 37;  // 4 full key blocks + a tail of 5
-        c.f16 = f16;
-        c.seed = seed++;
-        check_case(c);
-      }
+      for (bool f16 : {false, true})
+        check_case(gqa_case(group, hd, f16, 53, 0, 37, seed++));  // 4 full key blocks + a tail of 5
     }
   }
 }
@@ -113,18 +117,8 @@ TEST_P(AttentionTier, EveryHeadTileWidth) {
   uint32_t seed = 500;
   for (size_t group = 1; group <= 17; ++group) {
     for (size_t hd : {12, 24, 40, 48}) {
-      for (bool f16 : {false, true}) {
-        Case c;
-        c.n_kv = 2;
-        c.n_heads = 2 * group;
-        c.hd = hd;
-        c.cap = 40;
-        c.begin = 2;
-        c.end = 39;  // 37 keys: full key blocks and a tail of 5
-        c.f16 = f16;
-        c.seed = seed++;
-        check_case(c);
-      }
+      for (bool f16 : {false, true})
+        check_case(gqa_case(group, hd, f16, 40, 2, 39, seed++));  // 37 keys: full blocks and a tail of 5
     }
   }
 }
