@@ -191,17 +191,17 @@ struct Q1tTile {
 
 template <int R, int T>
 CQ_AVX2 void block_q2(CQ_AVX2_BLOCK_ARGS) {
-  block_rows<R, T, Q2Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, OpaqueActsTile<Q2Tile>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 template <int R, int T>
 CQ_AVX2 void block_q1(CQ_AVX2_BLOCK_ARGS) {
-  block_rows<R, T, Q1Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, OpaqueActsTile<Q1Tile, false>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 template <int R, int T>
 CQ_AVX2 void block_q1t(CQ_AVX2_BLOCK_ARGS) {
-  block_rows<R, T, Q1tTile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, OpaqueActsTile<Q1tTile>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 // Every tile shape block_int8 uses (CQ_AVX2_TILE_SHAPES).

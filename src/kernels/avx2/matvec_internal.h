@@ -134,6 +134,19 @@ struct ActSet {
   QAct at(size_t i) const { return {xq + i * xs, d + i * ds, bias + i * bs}; }
 };
 
+/// a's T token activations copied into `out` through an empty asm, so that the tile's loop sees T
+/// unrelated base pointers. Inlined into block_tiles, the tile otherwise sees every base as
+/// acts.xq + i·xs (and so on) and GCC's induction-variable choice derives one token's addresses from
+/// another's inside the loop (subtractions, bases reloaded from the stack: q1 int8 matmul 2×4 measured
+/// 1.26× main's instructions, 1.02× with this). No value changes: the pointers are the same.
+template <int T>
+inline void opaque_acts(const QAct* a, QAct (&out)[T]) {
+  for (int t = 0; t < T; ++t) {
+    out[t] = a[t];
+    asm("" : "+r"(out[t].xq), "+r"(out[t].d), "+r"(out[t].bias));
+  }
+}
+
 /// q4tp / q2tp: the 40 code bits of groups g..g+7 (g % 8 == 0) of row r, LSB-first (fewer at the row end).
 inline uint64_t code_window(const Plan& pl, uint64_t r, uint64_t g) {
   const uint64_t off = 5 * (g / 8);
@@ -185,6 +198,24 @@ CQ_AVX2 void unpack_vbit_rows(const Plan& pl, BlockState& st, uint64_t r0, uint6
 
 // block_tiles: the row-block loop over Tile::run<R, T>, the same text as the AVX-512 tier's (simd_common.h).
 CQ_DEFINE_BLOCK_TILES(CQ_AVX2)
+
+/// Tile with its activations passed through opaque_acts; with MultiOnly, in the T > 1 (matmul) shapes only.
+/// Each family picks what measured fewer instructions per call than the one-file tier's (the driver's
+/// shapes: q8 1×1 / 2×2, nibble 4×1 / 2×2, q2tp 4×1 / 4×2, q1 4×1 / 2×4; callgrind, 4864×896).
+template <class Tile, bool MultiOnly = true>
+struct OpaqueActsTile {
+  template <int R, int T>
+  CQ_AVX2 static void run(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                          const QAct* a, float* out) {
+    if constexpr (MultiOnly && T == 1) {
+      Tile::template run<R, T>(pl, st, rows, li, a, out);
+    } else {
+      QAct at[T];
+      opaque_acts<T>(a, at);
+      Tile::template run<R, T>(pl, st, rows, li, at, out);
+    }
+  }
+};
 
 /// What each family's block_<family> runs: block_tiles, with n = 1 a constant in the T == 1 shapes,
 /// which serve matvecs only (the driver's block_int8 picks them for n == 1 alone) — what GCC made of

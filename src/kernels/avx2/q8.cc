@@ -80,7 +80,7 @@ struct Q8Tile {
 
 template <int R, int T>
 CQ_AVX2 void block_q8(CQ_AVX2_BLOCK_ARGS) {
-  block_rows<R, T, Q8Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, OpaqueActsTile<Q8Tile>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 // Every tile shape block_int8 uses (CQ_AVX2_TILE_SHAPES).

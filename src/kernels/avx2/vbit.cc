@@ -158,7 +158,7 @@ CQ_AVX2 void unpack_vbit_rows(const Plan& pl, BlockState& st, uint64_t r0, uint6
 
 template <int R, int T>
 CQ_AVX2 void block_vbit(CQ_AVX2_BLOCK_ARGS) {
-  block_rows<R, T, VbitTile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
+  block_rows<R, T, OpaqueActsTile<VbitTile>>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
 // Every tile shape block_int8 uses (CQ_AVX2_TILE_SHAPES).
