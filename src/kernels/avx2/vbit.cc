@@ -81,29 +81,22 @@ CQ_AVX2 inline VbRow vb_row(const quant::VBitView& vb, uint64_t r) {
 /// lane is exactly Σ (u − L)·q over its 4 columns; lane scale d_b·s (the row's f16 group scale). The
 /// signed bytes come from st.wq when st.wq_ready (matmul, unpack_vbit_rows), else are unpacked inline
 /// (matvec); they are the same bytes, and every output has the same operation sequence for every R, T.
-template <int R, int T>
-CQ_AVX2 void tile_vbit(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
-                       const QAct* a, float* out) {
+/// tile_vbit's group loop, the signed bytes from wq (Pre: st.wq_ready) or unpacked inline; one loop per
+/// case instead of a test per row and group (the test kept vbit's 4×1 matvec at 1.06× the one-file
+/// tier's instructions).
+template <bool Pre, int R, int T>
+CQ_AVX2 inline void vbit_groups(const Plan& pl, const uint64_t* rows, const VbRow (&v)[R],
+                                const int8_t* const (&wq)[R], const QAct* a, __m256 (&f)[R][T]) {
   const quant::VBitView& vb = *pl.vb;
   const uint8_t* end = pl.w->payload.data() + pl.w->payload.size();
   const uint64_t gpr = pl.gpr, pfd = prefetch_distance(pl.row_bytes, R);
   const __m256i ones = _mm256_set1_epi16(1);
-  VbRow v[R];
-  const int8_t* wq[R];  // pre-unpacked rows (matmul: unpack_vbit_rows), else nullptr
-  CQ_UNROLL
-  for (int k = 0; k < R; ++k) {
-    v[k] = vb_row(vb, rows[k]);
-    wq[k] = st.wq_ready ? st.wq.data() + li[k] * pl.cols : nullptr;
-  }
-  __m256 f[R][T];
-  for (int k = 0; k < R; ++k)
-    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
   for (uint64_t g = 0; g < gpr; ++g) {
     __m256i w[R], aw[R];
     float sw[R];
     CQ_UNROLL
     for (int k = 0; k < R; ++k) {
-      if (wq[k]) {
+      if constexpr (Pre) {
         w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq[k] + 32 * g));
       } else {
         prefetch(v[k].row + 4 * v[k].b * g + pfd);
@@ -125,6 +118,25 @@ CQ_AVX2 void tile_vbit(const Plan& pl, const BlockState& st, const uint64_t* row
       }
     }
   }
+}
+
+template <int R, int T>
+CQ_AVX2 void tile_vbit(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
+                       const QAct* a, float* out) {
+  VbRow v[R];
+  const int8_t* wq[R];  // pre-unpacked rows (matmul: unpack_vbit_rows), else nullptr
+  CQ_UNROLL
+  for (int k = 0; k < R; ++k) {
+    v[k] = vb_row(*pl.vb, rows[k]);
+    wq[k] = st.wq_ready ? st.wq.data() + li[k] * pl.cols : nullptr;
+  }
+  __m256 f[R][T];
+  for (int k = 0; k < R; ++k)
+    for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
+  if (st.wq_ready)
+    vbit_groups<true, R, T>(pl, rows, v, wq, a, f);
+  else
+    vbit_groups<false, R, T>(pl, rows, v, wq, a, f);
   for (int k = 0; k < R; ++k)
     for (int t = 0; t < T; ++t) out[k * T + t] = hsum(f[k][t]);
 }
