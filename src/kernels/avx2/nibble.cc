@@ -58,7 +58,7 @@ CQ_AVX2 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows
     for (int t = 0; t < T; ++t) f[k][t] = _mm256_setzero_ps();
   __m256i v[R];
   float sw[R];
-  if constexpr (D == DType::Q4TP) {
+  if constexpr (D == DType::Q4TP && T > 1) {
     // runs of 8 groups: one 40-bit code window per row and run, shifted down 5 bits a group (a group
     // loop testing g % 8 for the window load measured 1.23× the one-file tier's instructions in 2×2)
     for (uint64_t g0 = 0; g0 < gpr; g0 += 8) {
@@ -74,8 +74,15 @@ CQ_AVX2 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows
       }
     }
   } else {
+    // matvec (q4tp 4×1): the window loaded at every 8th group of one loop (runs of 8 measured 1.02×
+    // the one-file tier's instructions and up to 1.1× its time there)
+    uint64_t win[R] = {};
     for (uint64_t g = 0; g < gpr; ++g) {
-      for (int k = 0; k < R; ++k) v[k] = nib_load<D>(pl, st, rows[k], li[k], g, pfd, 0, sw[k]);
+      if constexpr (D == DType::Q4TP)
+        if ((g & 7) == 0)
+          for (int k = 0; k < R; ++k) win[k] = code_window(pl, rows[k], g);
+      for (int k = 0; k < R; ++k)
+        v[k] = nib_load<D>(pl, st, rows[k], li[k], g, pfd, win[k] >> (5 * (g & 7)), sw[k]);
       nib_fma<R, T>(v, sw, a, g, f);
     }
   }
@@ -98,8 +105,9 @@ struct NibTile {
 template <DType D, int R, int T>
 CQ_AVX2 void block_nib(CQ_AVX2_BLOCK_ARGS) {
   // q4tp: opaque activation bases in every shape (2×2: 1.08× the one-file tier's instructions without,
-  // 1.00× with); q4_tiled / q4_block: none (2×2: 1.05× without, 1.17× with)
-  using Tile = std::conditional_t<D == DType::Q4TP, OpaqueActsTile<NibTile<D>>, NibTile<D>>;
+  // 1.00× with; 4×1: 1.02× without, 0.99× with); q4_tiled / q4_block: none (2×2: 1.05× without, 1.17×
+  // with)
+  using Tile = std::conditional_t<D == DType::Q4TP, OpaqueActsTile<NibTile<D>, false>, NibTile<D>>;
   block_rows<R, T, Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0);
 }
 
