@@ -100,11 +100,13 @@ struct Plan {
 /// Per-thread state of one block of ≤ kRowBlock rows.
 struct BlockState {
   float lad[kRowBlock][32];  // q4tp/q2tp ladders of the block's rows
-  LineVec<float> gs;         // q2tp int8: group scales, row i at gs[i·gs_stride + g] (0 past gpr)
-  uint64_t gs_stride = 0;    // gpr rounded up to 8
-  LineVec<float> rowbuf;     // decoded rows (exact path, quantized codecs)
-  LineVec<int8_t> wq;        // vbit int8 matmul: the block's rows as signed bytes w = u − Lp (tile_vbit)
-  bool wq_ready = false;     // wq holds the current block's rows (unpack_vbit_rows)
+  // int8 group scales, row i at gs[i·gs_stride + g]: q2tp (0 past gpr), q4_tiled / q4_block matmul (f32
+  // copies of the f16 scales)
+  LineVec<float> gs;
+  uint64_t gs_stride = 0;  // q2tp: gpr rounded up to 8; q4_tiled / q4_block: gpr
+  LineVec<float> rowbuf;   // decoded rows (exact path, quantized codecs)
+  LineVec<int8_t> wq;      // vbit int8 matmul: the block's rows as signed bytes w = u − Lp (tile_vbit)
+  bool wq_ready = false;   // wq holds the current block's rows (unpack_vbit_rows)
 };
 /// The calling thread's BlockState (thread_local).
 BlockState& block_state();

@@ -9,17 +9,18 @@ namespace cortiq::kernels::avx2_detail {
 namespace {
 
 /// Nibble bytes (16) and f32 group scale of group g of NIB-family row r (block-local index i).
-template <DType D>
+/// Pre (q4_tiled / q4_block): the scale is st.gs's f32 copy of the f16 (set_f16_group_scales).
+template <DType D, bool Pre = false>
 CQ_AVX2 inline __m256i nib_load(const Plan& pl, const BlockState& st, uint64_t r, uint64_t i, uint64_t g,
                                 uint64_t pfd, uint64_t codes, float& scale) {
   const uint8_t* nb;
   if constexpr (D == DType::Q4Tiled) {
     const uint8_t* t = pl.p + 18 * (r * pl.gpr + g);
-    scale = _cvtsh_ss(load_le<uint16_t>(t));
+    scale = Pre ? st.gs[i * st.gs_stride + g] : _cvtsh_ss(load_le<uint16_t>(t));
     nb = t + 2;
   } else if constexpr (D == DType::Q4Block) {
     const uint64_t fg = r * pl.gpr + g;
-    scale = _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * fg));
+    scale = Pre ? st.gs[i * st.gs_stride + g] : _cvtsh_ss(load_le<uint16_t>(pl.scales + 2 * fg));
     nb = pl.p + 16 * fg;
   } else {                           // Q4TP
     scale = st.lad[i][codes & 31u];  // codes: the row's code window shifted down to group g's rung
@@ -81,8 +82,8 @@ CQ_AVX2 void tile_nib(const Plan& pl, const BlockState& st, const uint64_t* rows
       if constexpr (D == DType::Q4TP)
         if ((g & 7) == 0)
           for (int k = 0; k < R; ++k) win[k] = code_window(pl, rows[k], g);
-      for (int k = 0; k < R; ++k)
-        v[k] = nib_load<D>(pl, st, rows[k], li[k], g, pfd, win[k] >> (5 * (g & 7)), sw[k]);
+      for (int k = 0; k < R; ++k)  // matmul (T > 1): q4_tiled / q4_block scales from st.gs
+        v[k] = nib_load<D, (T > 1)>(pl, st, rows[k], li[k], g, pfd, win[k] >> (5 * (g & 7)), sw[k]);
       nib_fma<R, T>(v, sw, a, g, f);
     }
   }
