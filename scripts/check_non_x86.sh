@@ -2,8 +2,8 @@
 # Compile check for CPUs other than x86: the sources and tests that can differ on other CPUs are
 # compiled with clang for aarch64 (-fsyntax-only: no cross toolchain or ARM libraries
 # needed), using this machine's headers. It catches x86 intrinsics, headers and builtins outside
-# the x86-guarded SIMD tiers (src/kernels/simd_*.cc, src/kernels/avx512/, src/kernels/attention/*.cc;
-# their stand-ins are simd_portable.cc).
+# the x86-guarded SIMD tiers (src/kernels/simd_*.cc, src/kernels/avx512/, src/kernels/avx2/,
+# src/kernels/attention/*.cc; their stand-ins are simd_portable.cc).
 # Usage: scripts/check_non_x86.sh   (needs clang; exit status 1 and the errors when a file fails)
 set -euo pipefail
 cd "$(dirname "$0")/.."

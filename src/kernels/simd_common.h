@@ -1,7 +1,7 @@
-// Pieces shared by the two SIMD tiers (avx512/: AVX-512, simd_avx2.cc: AVX2): the row-block
-// size, the weight prefetch distance, scratch growth, the exp2 table of the q4tp/q2tp ladders, and
-// the scalar q1s outlier and q1t overlay passes (compiled for FMA + F16C, which both tiers have).
-// Internal to src/kernels (not part of the kernels API).
+// Pieces shared by the two SIMD tiers (avx512/: AVX-512, avx2/: AVX2): the row-block
+// size, the weight prefetch distance, scratch growth, the int8 row-block loop, the exp2 table of the
+// q4tp/q2tp ladders, and the scalar q1s outlier and q1t overlay passes (compiled for FMA + F16C, which both
+// tiers have). Internal to src/kernels (not part of the kernels API).
 #pragma once
 
 #include <immintrin.h>
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/weight_view.h"
@@ -54,6 +55,38 @@ const float* tp_bases(const WeightView& w, uint64_t rows);
 /// quant::tp_exp2 of every f16 bit pattern (65536 floats, 256 KiB, built once per process): the
 /// q4tp/q2tp ladder bases of views nobody prepared, the values quant::q4tp_ladder starts from.
 const float* exp2_f16_table();
+
+/// Defines, in the current namespace, the int8 row-block loop of a tier compiled for TARGET (its
+/// target attribute): block_tiles<R, T, Tile>(pl, st, r0, rc, acts, n, y, y_stride, j0) runs rows
+/// [r0, r0+rc) (block-local 0..rc) × tokens [0, n) into Y[i·y_stride + j0 + k] in R×T register tiles of
+/// Tile::run<R, T>(pl, st, rows, li, a, out) — rows[k] the tensor row, li[k] its block-local index,
+/// a[t] = acts.at(token), out[k·T + t] the tile's outputs; row/token tails are padded by repeating the
+/// last row/token and dropping those outputs. One text for both tiers, stamped per tier because the
+/// loop must carry the tier's target for its tiles to inline as before: a target-less always_inline
+/// template compiled every family's block loops differently (block_q8 instances −2 … +12 %
+/// instructions), which could not be shown to be as fast.
+#define CQ_DEFINE_BLOCK_TILES(TARGET)                                                                    \
+  template <int R, int T, class Tile, class Plan, class BlockState, class ActSet>                        \
+  TARGET inline void block_tiles(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,         \
+                                 const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) { \
+    for (uint64_t k0 = 0; k0 < rc; k0 += R) {                                                            \
+      uint64_t rows[R], li[R];                                                                           \
+      for (int k = 0; k < R; ++k) {                                                                      \
+        li[k] = std::min<uint64_t>(k0 + k, rc - 1);                                                      \
+        rows[k] = r0 + li[k];                                                                            \
+      }                                                                                                  \
+      const uint64_t kn = std::min<uint64_t>(R, rc - k0);                                                \
+      for (size_t i0 = 0; i0 < n; i0 += T) {                                                             \
+        std::remove_cvref_t<decltype(acts.at(0))> a[T];                                                  \
+        for (int t = 0; t < T; ++t) a[t] = acts.at(std::min<size_t>(i0 + t, n - 1));                     \
+        float out[R * T];                                                                                \
+        Tile::template run<R, T>(pl, st, rows, li, a, out);                                              \
+        const size_t tn = std::min<size_t>(T, n - i0);                                                   \
+        for (uint64_t k = 0; k < kn; ++k)                                                                \
+          for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];         \
+      }                                                                                                  \
+    }                                                                                                    \
+  }
 
 /// The instruction sets every SIMD tier has: a function with this target inlines into both tiers'.
 #define CQ_FMA_F16C __attribute__((target("fma,f16c")))

@@ -103,7 +103,8 @@ inline std::vector<float> adversarial_activation(uint64_t cols) {
 /// The int8 lane blocks of the q8_row / q8_2f kernels: the AVX-512 tier quantizes columns
 /// 64s + 4j … 64s + 4j + 3 of the 8 superblocks s of a 512-column chunk as one block (lane j of
 /// 16), the AVX2 tier columns 32b + 4j … 32b + 4j + 3 of the 8 blocks b of a 256-column chunk (lane
-/// j of 8); see Fam::Q8 in avx512/matvec_internal.h / simd_avx2.cc. Block ids of column c in each tier.
+/// j of 8); see Fam::Q8 in avx512/matvec_internal.h / avx2/matvec_internal.h. Block ids of column c in
+/// each tier.
 inline uint64_t q8_lane_block_avx512(uint64_t c) {
   return (c / 512) * 16 + (c % 64) / 4;
 }

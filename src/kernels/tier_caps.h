@@ -18,7 +18,7 @@ enum class Cap : uint8_t { No, Yes, Vbmi };
 struct TierCaps {
   quant::DType t;
   Cap avx512;  ///< avx512/ (simd_matvec.h)
-  Cap avx2;    ///< simd_avx2.cc (simd_avx2.h)
+  Cap avx2;    ///< avx2/ (simd_avx2.h)
 };
 
 /// Every dtype with a kernel in some tier (the others — u8, mix8_4, q4_col — have only the reference).

@@ -1,7 +1,8 @@
 // The parsed form of one weight tensor that the SIMD tiers would otherwise rebuild on every product
 // (issue 28, "kernels chosen once"): kernels::prepare_weight makes it once when a tensor is bound and
-// stores it with the view (WeightView::plan); avx512/matvec_driver.cc and simd_avx2.cc read it instead of
-// re-validating the payload and re-deriving the layout views per call. Internal to src/kernels.
+// stores it with the view (WeightView::plan); avx512/matvec_driver.cc and avx2/matvec_driver.cc read
+// it instead of re-validating the payload and re-deriving the layout views per call. Internal to
+// src/kernels.
 //
 // A plan is immutable once made and holds nothing per call or per thread (the int8-or-exact choice
 // depends on the MatmulMode and stays per call; scratch stays thread_local in the tiers), so one plan

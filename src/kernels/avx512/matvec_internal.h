@@ -272,30 +272,8 @@ void block_exact(const Plan& pl, BlockState& st, uint64_t r0, uint64_t rc, const
 /// The (R, T) tile shapes block_int8 uses; X(R, T) for each.
 #define CQ_AVX512_TILE_SHAPES(X) X(1, 1) X(2, 2) X(2, 3) X(2, 4) X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(8, 1)
 
-/// Rows [r0, r0+rc) (block-local 0..rc) × tokens [0, n): Y[i·y_stride + j0 + k], in R×T tiles of
-/// Tile::run<R, T>(pl, st, rows, li, a, out). Row/token tails are padded by repeating the last
-/// row/token and dropping those outputs.
-template <int R, int T, class Tile>
-CQ_AVX512 inline void block_tiles(const Plan& pl, const BlockState& st, uint64_t r0, uint64_t rc,
-                                  const ActSet& acts, size_t n, float* y, size_t y_stride, uint64_t j0) {
-  for (uint64_t k0 = 0; k0 < rc; k0 += R) {
-    uint64_t rows[R], li[R];
-    for (int k = 0; k < R; ++k) {
-      li[k] = std::min<uint64_t>(k0 + k, rc - 1);
-      rows[k] = r0 + li[k];
-    }
-    const uint64_t kn = std::min<uint64_t>(R, rc - k0);
-    for (size_t i0 = 0; i0 < n; i0 += T) {
-      QAct a[T];
-      for (int t = 0; t < T; ++t) a[t] = acts.at(std::min<size_t>(i0 + t, n - 1));
-      float out[R * T];
-      Tile::template run<R, T>(pl, st, rows, li, a, out);
-      const size_t tn = std::min<size_t>(T, n - i0);
-      for (uint64_t k = 0; k < kn; ++k)
-        for (size_t t = 0; t < tn; ++t) y[(i0 + t) * y_stride + j0 + k0 + k] = out[k * T + t];
-    }
-  }
-}
+// block_tiles: the row-block loop over Tile::run<R, T>, the same text as the AVX2 tier's (simd_common.h).
+CQ_DEFINE_BLOCK_TILES(CQ_AVX512)
 
 /// q8_row / q8_2f (q8.cc).
 template <int R, int T>
