@@ -7,11 +7,6 @@ namespace cortiq::kernels::avx2_detail {
 
 namespace {
 
-/// q2tp: R rows × T tokens over superblocks of 4 groups (32 weight bytes, Fam::Q2). The 2-bit field j of
-/// every byte, times 2, is plane j (u8 ∈ {0, 2, 4, 6}); the four plane products are summed in int16
-/// (|pair| ≤ 2·6·127, four planes ≤ 6096 < 2^15) and folded by _mm256_madd_epi16 into 8 int32 lanes, two
-/// per group, so each lane plus its bias is Σ (2·code − 3)·q over its 16 weights. The lane scale is
-/// (d_b/2)·s_g (group scales st.gs from the row's ladder, set_group_scales).
 /// Superblock s of R q2tp rows (bytes v[k], group scales from gs[k]) × T tokens, added to f (see tile_q2).
 template <int R, int T>
 CQ_AVX2 inline void q2_step(const __m256i (&v)[R], const float* const (&gs)[R], const QAct* a, uint64_t s,
@@ -43,6 +38,11 @@ CQ_AVX2 inline void q2_step(const __m256i (&v)[R], const float* const (&gs)[R], 
   }
 }
 
+/// q2tp: R rows × T tokens over superblocks of 4 groups (32 weight bytes, Fam::Q2). The 2-bit field j of
+/// every byte, times 2, is plane j (u8 ∈ {0, 2, 4, 6}); the four plane products are summed in int16
+/// (|pair| ≤ 2·6·127, four planes ≤ 6096 < 2^15) and folded by _mm256_madd_epi16 into 8 int32 lanes, two
+/// per group, so each lane plus its bias is Σ (2·code − 3)·q over its 16 weights. The lane scale is
+/// (d_b/2)·s_g (group scales st.gs from the row's ladder, set_group_scales).
 template <int R, int T>
 CQ_AVX2 void tile_q2(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                      const QAct* a, float* out) {

@@ -72,15 +72,6 @@ CQ_AVX2 inline VbRow vb_row(const quant::VBitView& vb, uint64_t r) {
   return v;
 }
 
-/// vbit / vbit_ro int8 path: R rows × T tokens over groups of 32 columns against the Fam::Q1
-/// activation (natural order, one scale d_b per block, lane bias −Σq). Each row's codes u become signed
-/// bytes w = u − Lp: for b < 8, Lp = L and w = u − L ∈ [−L, L + 1] is the weight itself; for b = 8,
-/// u − L reaches 128, so Lp = 128 (w ∈ [−128, 127]) and the missing +1·Σq is added back by subtracting
-/// the lane bias. Products use the q8 sign trick, maddubs(|w|, sign(q, w)): pairs ≤ 2·128·127 < 2^15, so
-/// no int16 saturation (a plain maddubs(u, q) of 8-bit codes would: 2·255·127 > 32767) and every int32
-/// lane is exactly Σ (u − L)·q over its 4 columns; lane scale d_b·s (the row's f16 group scale). The
-/// signed bytes come from st.wq when st.wq_ready (matmul, unpack_vbit_rows), else are unpacked inline
-/// (matvec); they are the same bytes, and every output has the same operation sequence for every R, T.
 /// tile_vbit's group loop, the signed bytes from wq (Pre: st.wq_ready) or unpacked inline; one loop per
 /// case instead of a test per row and group (the test kept vbit's 4×1 matvec at 1.06× the one-file
 /// tier's instructions).
@@ -120,6 +111,15 @@ CQ_AVX2 inline void vbit_groups(const Plan& pl, const uint64_t* rows, const VbRo
   }
 }
 
+/// vbit / vbit_ro int8 path: R rows × T tokens over groups of 32 columns against the Fam::Q1
+/// activation (natural order, one scale d_b per block, lane bias −Σq). Each row's codes u become signed
+/// bytes w = u − Lp: for b < 8, Lp = L and w = u − L ∈ [−L, L + 1] is the weight itself; for b = 8,
+/// u − L reaches 128, so Lp = 128 (w ∈ [−128, 127]) and the missing +1·Σq is added back by subtracting
+/// the lane bias. Products use the q8 sign trick, maddubs(|w|, sign(q, w)): pairs ≤ 2·128·127 < 2^15, so
+/// no int16 saturation (a plain maddubs(u, q) of 8-bit codes would: 2·255·127 > 32767) and every int32
+/// lane is exactly Σ (u − L)·q over its 4 columns; lane scale d_b·s (the row's f16 group scale). The
+/// signed bytes come from st.wq when st.wq_ready (matmul, unpack_vbit_rows), else are unpacked inline
+/// (matvec); they are the same bytes, and every output has the same operation sequence for every R, T.
 template <int R, int T>
 CQ_AVX2 void tile_vbit(const Plan& pl, const BlockState& st, const uint64_t* rows, const uint64_t* li,
                        const QAct* a, float* out) {
